@@ -1,0 +1,69 @@
+//! The control plane: `/api/*` JSON endpoints, one module per resource family.
+
+pub mod audit;
+pub mod auth;
+pub mod health;
+pub mod keys;
+pub mod openapi;
+pub mod orgs;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::{from_fn, Next};
+use actix_web::{web, HttpMessage, HttpResponse};
+
+use crate::error::{ApiError, ErrorCode};
+
+pub const SERVICE_VERSION: HeaderName = HeaderName::from_static("service-version");
+
+/// The API version a request resolved to: set by key authentication when the key
+/// carries a version setting.
+#[derive(Debug, Clone)]
+pub struct KeyApiVersion(pub String);
+
+/// `YYYY-MM-DD` and a real date.
+pub fn is_api_version(v: &str) -> bool {
+    v.len() == 10 && chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d").is_ok()
+}
+
+/// Resolution order: the request's `Service-Version`, then the key's version
+/// setting, then the current default.
+async fn service_version(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let requested = req
+        .headers()
+        .get(&SERVICE_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| is_api_version(v))
+        .map(str::to_owned);
+    let mut res = next.call(req).await?;
+    let version = requested
+        .or_else(|| res.request().extensions().get::<KeyApiVersion>().map(|v| v.0.clone()))
+        .unwrap_or_else(|| crate::API_VERSION.to_owned());
+    if let Ok(value) = HeaderValue::from_str(&version) {
+        res.headers_mut().insert(SERVICE_VERSION, value);
+    }
+    Ok(res)
+}
+
+async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(ErrorCode::NotFound, "No such endpoint"))
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::scope("/api")
+            .wrap(from_fn(service_version))
+            .configure(health::configure)
+            .configure(auth::configure)
+            .configure(orgs::configure)
+            .configure(keys::configure)
+            .configure(audit::configure)
+            .configure(openapi::configure)
+            .default_service(web::to(not_found)),
+    )
+    .default_service(web::to(not_found));
+}

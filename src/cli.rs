@@ -1,0 +1,139 @@
+//! Command-line interface: `serve`, `migrate` and operator commands.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{Config, Overrides, SETTINGS};
+use crate::db;
+use crate::plans::Role;
+use crate::Surface;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "spendgate",
+    version,
+    about = "Spend-governance gateway for AI agents",
+    long_about = "spendgate sits between AI agents and AI providers (OpenAI, Anthropic, Gemini), \
+                  records the cost of every call in microdollars and enforces budgets.\n\n\
+                  Configuration comes from an optional spendgate.toml, then SPENDGATE_* \
+                  environment variables, then flags.",
+    after_help = settings_help()
+)]
+pub struct Cli {
+    /// Config file (default ./spendgate.toml when present).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Database URL: sqlite://PATH (default sqlite://./spendgate.db) or postgres://…
+    #[arg(long, global = true, value_name = "URL")]
+    pub database_url: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service: control plane (/api) and proxy (/v1, /health) listeners.
+    /// Migrations are applied first. Stops gracefully on SIGINT/SIGTERM.
+    Serve {
+        /// Start only one surface, for split deployments.
+        #[arg(long, value_enum)]
+        only: Option<Surface>,
+        /// Control-plane listen address (default 127.0.0.1:3000).
+        #[arg(long, value_name = "HOST:PORT")]
+        control_addr: Option<String>,
+        /// Proxy listen address (default 127.0.0.1:8787).
+        #[arg(long, value_name = "HOST:PORT")]
+        proxy_addr: Option<String>,
+        /// Local development mode (http webhook targets, non-Secure cookies).
+        #[arg(long)]
+        dev: bool,
+    },
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Manage dashboard users (works while the server runs on the same database).
+    User {
+        #[command(subcommand)]
+        action: UserCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Create a user and add it to an organization, creating the organization when
+    /// it does not exist yet.
+    Create {
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        password: String,
+        /// Organization name (default: "<email>'s organization").
+        #[arg(long)]
+        org: Option<String>,
+        /// Role in the organization: viewer, member, admin or owner.
+        #[arg(long, default_value = "owner")]
+        role: String,
+    },
+}
+
+fn settings_help() -> String {
+    let mut s = String::from("Settings (file key / environment variable):\n");
+    for (name, help) in SETTINGS {
+        s.push_str(&format!("  {name:<26} SPENDGATE_{:<28} {help}\n", name.to_uppercase()));
+    }
+    s
+}
+
+impl Cli {
+    pub fn overrides(&self) -> Overrides {
+        let mut values = BTreeMap::new();
+        if let Some(url) = &self.database_url {
+            values.insert("database_url".to_owned(), url.clone());
+        }
+        if let Command::Serve { control_addr, proxy_addr, dev, .. } = &self.command {
+            if let Some(a) = control_addr {
+                values.insert("control_addr".to_owned(), a.clone());
+            }
+            if let Some(a) = proxy_addr {
+                values.insert("proxy_addr".to_owned(), a.clone());
+            }
+            if *dev {
+                values.insert("dev".to_owned(), "1".to_owned());
+            }
+        }
+        Overrides { config_file: self.config.clone(), values }
+    }
+}
+
+pub async fn migrate(config: &Config) -> Result<(), String> {
+    let applied = db::migrate(&config.database_url).await?;
+    println!("applied {} migration(s)", applied.len());
+    Ok(())
+}
+
+pub async fn user(config: &Config, action: UserCommand) -> Result<(), String> {
+    match action {
+        UserCommand::Create { email, password, org, role } => {
+            let role: Role = role
+                .parse()
+                .map_err(|()| format!("invalid --role {role:?}: viewer, member, admin or owner"))?;
+            db::migrate(&config.database_url).await?;
+            let pool = db::Pool::connect(&config.database_url, 1)?;
+            let org_name = org.unwrap_or_else(|| format!("{email}'s organization"));
+            let created = crate::auth::users::create_user_in_org(
+                &pool, config, &email, &password, None, &org_name, role,
+            )
+            .await
+            .map_err(|e| e.message)?;
+            println!(
+                "created user svc_usr_{} ({email}) as {} of organization svc_org_{}{}",
+                created.user_id,
+                role.as_str(),
+                created.org_id,
+                if created.org_created { " (new)" } else { "" }
+            );
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Configuration: an optional `spendgate.toml`, overridden by `SPENDGATE_<NAME>`
+//! environment variables, overridden by command-line flags. Everything is validated
+//! at start; a bad value stops the process with a message naming the setting and
+//! where it came from.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::plans::Plan;
+
+/// The validated configuration of one process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub database_url: String,
+    pub control_addr: SocketAddr,
+    pub proxy_addr: SocketAddr,
+    pub upstream_openai: String,
+    pub upstream_anthropic: String,
+    pub upstream_gemini: String,
+    pub processor_url: String,
+    pub internal_secret: Option<String>,
+    pub cron_secret: Option<String>,
+    pub dev: bool,
+    pub default_plan: Plan,
+    pub open_signup: bool,
+    /// Requests per minute per client IP on the proxy (0 = off).
+    pub rate_limit_ip_per_minute: u32,
+    /// Requests per minute per API key (0 = off).
+    pub rate_limit_key_per_minute: u32,
+    pub db_max_connections: usize,
+    /// HTTP worker threads per listener.
+    pub workers: usize,
+    /// Actor arbiters (threads) the budget actors are spread over.
+    pub arbiters: usize,
+    pub mailbox_capacity: usize,
+    pub actor_idle_timeout: Duration,
+    pub actor_restart_backoff: Duration,
+    pub session_ttl: Duration,
+    pub pricing_file: Option<PathBuf>,
+    pub build_sha: String,
+}
+
+/// One setting's raw value and where it came from, for error messages.
+#[derive(Debug, Clone)]
+struct Raw {
+    value: String,
+    origin: String,
+}
+
+/// Command-line overrides (the highest-priority source).
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub values: BTreeMap<String, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://./spendgate.db";
+
+/// The setting names, as used in the file (lower case) and, upper-cased with a
+/// `SPENDGATE_` prefix, in the environment.
+pub const SETTINGS: &[(&str, &str)] = &[
+    ("database_url", "sqlite://PATH (default ./spendgate.db) or postgres://…"),
+    ("control_addr", "control-plane listen address (default 127.0.0.1:3000)"),
+    ("proxy_addr", "proxy listen address (default 127.0.0.1:8787)"),
+    ("upstream_openai", "OpenAI base URL (default https://api.openai.com)"),
+    ("upstream_anthropic", "Anthropic base URL (default https://api.anthropic.com)"),
+    ("upstream_gemini", "Gemini base URL (default https://generativelanguage.googleapis.com)"),
+    ("processor_url", "payment-processor API base (default https://api.stripe.com)"),
+    ("internal_secret", "shared secret of the /internal routes"),
+    ("cron_secret", "bearer secret of scheduler calls"),
+    ("dev", "1 = local development mode"),
+    ("default_plan", "tier of new organizations: free, pro, scale, enterprise (default free)"),
+    ("open_signup", "1 = POST /api/auth/signup stays open after the first user"),
+    ("rate_limit_ip_per_minute", "proxy requests per minute per client IP, 0 = off (default 6000)"),
+    ("rate_limit_key_per_minute", "requests per minute per API key, 0 = off (default 3000)"),
+    ("db_max_connections", "database pool size (default 16)"),
+    ("workers", "HTTP worker threads per listener (default: number of cores)"),
+    ("arbiters", "threads the budget actors are spread over (default: number of cores)"),
+    ("mailbox_capacity", "budget actor mailbox capacity (default 1024)"),
+    ("actor_idle_timeout_secs", "stop budget actors idle this long (default 600)"),
+    ("actor_restart_backoff_ms", "first restart backoff of a failed actor (default 100)"),
+    ("session_ttl_hours", "dashboard session lifetime (default 168)"),
+    ("pricing_file", "JSON file of model prices that overrides the built-in table"),
+];
+
+impl Config {
+    /// Loads file → environment → overrides, then validates.
+    pub fn load(overrides: &Overrides) -> Result<Self, ConfigError> {
+        let env: BTreeMap<String, String> = std::env::vars().collect();
+        Self::load_from(overrides, &env)
+    }
+
+    pub fn load_from(overrides: &Overrides, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let mut raw: BTreeMap<String, Raw> = BTreeMap::new();
+
+        let explicit =
+            overrides.config_file.clone().or_else(|| env.get("SPENDGATE_CONFIG").map(PathBuf::from));
+        let file = explicit.clone().unwrap_or_else(|| PathBuf::from("spendgate.toml"));
+        if file.exists() {
+            read_file(&file, &mut raw)?;
+        } else if let Some(path) = explicit {
+            return Err(ConfigError(format!("config file {} does not exist", path.display())));
+        }
+
+        for (name, _) in SETTINGS {
+            let var = format!("SPENDGATE_{}", name.to_uppercase());
+            if let Some(v) = env.get(&var) {
+                raw.insert(
+                    (*name).to_owned(),
+                    Raw { value: v.clone(), origin: format!("environment {var}") },
+                );
+            }
+        }
+        for (name, v) in &overrides.values {
+            raw.insert(
+                name.clone(),
+                Raw { value: v.clone(), origin: format!("flag --{}", name.replace('_', "-")) },
+            );
+        }
+
+        let r = Reader { raw };
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let database_url = r.string("database_url", DEFAULT_DATABASE_URL);
+        if crate::db::backend_of(&database_url).is_none() {
+            return Err(r.bad("database_url", "sqlite://PATH or postgres://USER@HOST/DB"));
+        }
+        let dev = r.flag("dev")?;
+        let config = Config {
+            database_url,
+            control_addr: r.addr("control_addr", "127.0.0.1:3000")?,
+            proxy_addr: r.addr("proxy_addr", "127.0.0.1:8787")?,
+            upstream_openai: r.url("upstream_openai", "https://api.openai.com")?,
+            upstream_anthropic: r.url("upstream_anthropic", "https://api.anthropic.com")?,
+            upstream_gemini: r.url("upstream_gemini", "https://generativelanguage.googleapis.com")?,
+            processor_url: r.url("processor_url", "https://api.stripe.com")?,
+            internal_secret: r.optional("internal_secret"),
+            cron_secret: r.optional("cron_secret"),
+            dev,
+            default_plan: match r.optional("default_plan") {
+                None => Plan::Free,
+                Some(v) => {
+                    v.parse().map_err(|_| r.bad("default_plan", "one of free, pro, scale, enterprise"))?
+                }
+            },
+            open_signup: r.flag("open_signup")?,
+            rate_limit_ip_per_minute: r.number("rate_limit_ip_per_minute", 6000)?,
+            rate_limit_key_per_minute: r.number("rate_limit_key_per_minute", 3000)?,
+            db_max_connections: r.positive("db_max_connections", 16)?,
+            workers: r.positive("workers", cores)?,
+            arbiters: r.positive("arbiters", cores)?,
+            mailbox_capacity: r.positive("mailbox_capacity", 1024)?,
+            actor_idle_timeout: Duration::from_secs(r.positive("actor_idle_timeout_secs", 600)?),
+            actor_restart_backoff: Duration::from_millis(r.positive("actor_restart_backoff_ms", 100)?),
+            session_ttl: Duration::from_secs(3600 * r.positive::<u64>("session_ttl_hours", 168)?),
+            pricing_file: r.optional("pricing_file").map(PathBuf::from),
+            build_sha: option_env!("SPENDGATE_BUILD_SHA").unwrap_or("dev").to_owned(),
+        };
+        if let Some(path) = &config.pricing_file {
+            if !path.exists() {
+                return Err(r.bad("pricing_file", "an existing JSON file"));
+            }
+        }
+        Ok(config)
+    }
+}
+
+fn read_file(path: &Path, raw: &mut BTreeMap<String, Raw>) -> Result<(), ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("cannot read config file {}: {e}", path.display())))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| ConfigError(format!("config file {} is not valid TOML: {e}", path.display())))?;
+    for (key, value) in table {
+        if !SETTINGS.iter().any(|(n, _)| *n == key) {
+            return Err(ConfigError(format!("config file {}: unknown setting {key:?}", path.display())));
+        }
+        let value = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => if b { "1" } else { "0" }.to_owned(),
+            other => {
+                return Err(ConfigError(format!(
+                    "config file {}: setting {key:?} must be a string, integer or boolean, got {other}",
+                    path.display()
+                )))
+            }
+        };
+        raw.insert(key, Raw { value, origin: format!("config file {}", path.display()) });
+    }
+    Ok(())
+}
+
+struct Reader {
+    raw: BTreeMap<String, Raw>,
+}
+
+impl Reader {
+    fn bad(&self, name: &str, expected: &str) -> ConfigError {
+        match self.raw.get(name) {
+            Some(raw) => ConfigError(format!(
+                "invalid setting {name} (SPENDGATE_{}) from {}: expected {expected}, got {:?}",
+                name.to_uppercase(),
+                raw.origin,
+                raw.value
+            )),
+            None => ConfigError(format!("invalid setting {name}: expected {expected}")),
+        }
+    }
+
+    fn optional(&self, name: &str) -> Option<String> {
+        self.raw.get(name).map(|r| r.value.trim().to_owned()).filter(|v| !v.is_empty())
+    }
+
+    fn string(&self, name: &str, default: &str) -> String {
+        self.optional(name).unwrap_or_else(|| default.to_owned())
+    }
+
+    fn flag(&self, name: &str) -> Result<bool, ConfigError> {
+        match self.optional(name).as_deref() {
+            None => Ok(false),
+            Some("1" | "true" | "yes" | "on") => Ok(true),
+            Some("0" | "false" | "no" | "off") => Ok(false),
+            Some(_) => Err(self.bad(name, "1 or 0")),
+        }
+    }
+
+    fn addr(&self, name: &str, default: &str) -> Result<SocketAddr, ConfigError> {
+        self.string(name, default).parse().map_err(|_| self.bad(name, "HOST:PORT, e.g. 127.0.0.1:3000"))
+    }
+
+    fn url(&self, name: &str, default: &str) -> Result<String, ConfigError> {
+        let v = self.string(name, default);
+        match url::Url::parse(&v) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                Ok(v.trim_end_matches('/').to_owned())
+            }
+            _ => Err(self.bad(name, "an http(s) URL")),
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, ConfigError> {
+        match self.optional(name) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| self.bad(name, "a non-negative integer")),
+        }
+    }
+
+    fn positive<T: std::str::FromStr + PartialOrd + Default>(
+        &self,
+        name: &str,
+        default: T,
+    ) -> Result<T, ConfigError> {
+        let v = self.number(name, default)?;
+        if v > T::default() {
+            Ok(v)
+        } else {
+            Err(self.bad(name, "a positive integer"))
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let c = Config::load_from(&Overrides::default(), &env(&[])).unwrap();
+        assert_eq!(c.database_url, "sqlite://./spendgate.db");
+        assert_eq!(c.control_addr.to_string(), "127.0.0.1:3000");
+        assert_eq!(c.proxy_addr.to_string(), "127.0.0.1:8787");
+        assert_eq!(c.upstream_openai, "https://api.openai.com");
+        assert!(!c.dev);
+    }
+
+    #[test]
+    fn flags_beat_environment() {
+        let mut o = Overrides::default();
+        o.values.insert("control_addr".into(), "127.0.0.1:4000".into());
+        let c = Config::load_from(&o, &env(&[("SPENDGATE_CONTROL_ADDR", "127.0.0.1:5000")])).unwrap();
+        assert_eq!(c.control_addr.port(), 4000);
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        let err =
+            Config::load_from(&Overrides::default(), &env(&[("SPENDGATE_PROXY_ADDR", "nope")])).unwrap_err();
+        assert!(err.0.contains("proxy_addr") && err.0.contains("SPENDGATE_PROXY_ADDR"), "{}", err.0);
+        let err = Config::load_from(&Overrides::default(), &env(&[("SPENDGATE_DEFAULT_PLAN", "gold")]))
+            .unwrap_err();
+        assert!(err.0.contains("default_plan"), "{}", err.0);
+        let err = Config::load_from(&Overrides::default(), &env(&[("SPENDGATE_DATABASE_URL", "mysql://x")]))
+            .unwrap_err();
+        assert!(err.0.contains("database_url"), "{}", err.0);
+    }
+
+    #[test]
+    fn file_values_are_read_and_unknown_keys_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spendgate.toml");
+        std::fs::write(&path, "dev = true\nworkers = 3\n").unwrap();
+        let o = Overrides { config_file: Some(path.clone()), values: BTreeMap::new() };
+        let c = Config::load_from(&o, &env(&[])).unwrap();
+        assert!(c.dev);
+        assert_eq!(c.workers, 3);
+        std::fs::write(&path, "colour = 1\n").unwrap();
+        assert!(Config::load_from(&o, &env(&[])).unwrap_err().0.contains("colour"));
+    }
+}

@@ -1,0 +1,269 @@
+//! Storage: one pool type over the two backends, and the macros that let one query
+//! body serve both.
+//!
+//! diesel-async has no multi-backend connection, so a query is written once inside
+//! [`with_conn!`]/[`with_tx!`], which expand it for SQLite and for PostgreSQL. The
+//! SQL itself is portable (see `migrations/`).
+//!
+//! SQLite keeps a single writer connection: SQLite serializes writers anyway, and one
+//! writer connection can never hit the "database is locked" lock-upgrade deadlock of
+//! two deferred transactions. Readers use their own small pool (WAL lets them run
+//! beside the writer).
+
+pub mod audit;
+pub mod keys;
+pub mod models;
+pub mod orgs;
+pub mod schema;
+pub mod users;
+
+use std::time::Duration;
+
+use deadpool::Runtime;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::sqlite::SqliteConnection;
+use diesel::Connection as _;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_async::pooled_connection::deadpool::{Object, Pool as DeadPool};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+use futures_util::FutureExt;
+
+pub type SqliteConn = SyncConnectionWrapper<SqliteConnection>;
+pub type PgConn = AsyncPgConnection;
+
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// How long a request waits for a pooled connection, and the connect timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(5_000);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The database could not be reached or a connection could not be had in time.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("not found")]
+    NotFound,
+    #[error("query failed: {0}")]
+    Query(DieselError),
+}
+
+impl DbError {
+    pub fn unavailable(err: impl std::fmt::Display) -> Self {
+        Self::Unavailable(err.to_string())
+    }
+
+    pub fn is_unique_violation(&self) -> bool {
+        matches!(self, Self::Query(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)))
+    }
+}
+
+impl From<DieselError> for DbError {
+    fn from(err: DieselError) -> Self {
+        match err {
+            DieselError::NotFound => Self::NotFound,
+            DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, info) => {
+                Self::Unavailable(info.message().to_owned())
+            }
+            // SQLite reports lock timeouts as a plain database error; they are transient.
+            DieselError::DatabaseError(_, ref info) if info.message().contains("database is locked") => {
+                Self::Unavailable(info.message().to_owned())
+            }
+            other => Self::Query(other),
+        }
+    }
+}
+
+pub type DbResult<T> = Result<T, DbError>;
+
+#[derive(Clone)]
+pub struct SqlitePools {
+    read: DeadPool<SqliteConn>,
+    write: DeadPool<SqliteConn>,
+}
+
+impl SqlitePools {
+    pub async fn read(&self) -> DbResult<Object<SqliteConn>> {
+        self.read.get().await.map_err(DbError::unavailable)
+    }
+
+    pub async fn write(&self) -> DbResult<Object<SqliteConn>> {
+        self.write.get().await.map_err(DbError::unavailable)
+    }
+}
+
+#[derive(Clone)]
+pub struct PgPool(DeadPool<PgConn>);
+
+impl PgPool {
+    pub async fn read(&self) -> DbResult<Object<PgConn>> {
+        self.0.get().await.map_err(DbError::unavailable)
+    }
+
+    pub async fn write(&self) -> DbResult<Object<PgConn>> {
+        self.0.get().await.map_err(DbError::unavailable)
+    }
+}
+
+/// The application's connection pool, on one of the two backends.
+#[derive(Clone)]
+pub enum Pool {
+    Sqlite(SqlitePools),
+    Pg(PgPool),
+}
+
+/// Runs `$body` with `$conn` bound to a pooled connection of either backend.
+/// `$mode` is `read` or `write`.
+#[macro_export]
+macro_rules! with_conn {
+    ($pool:expr, $mode:ident, |$conn:ident| $body:expr) => {{
+        match $pool {
+            $crate::db::Pool::Sqlite(p) => {
+                let mut guard = p.$mode().await?;
+                let $conn: &mut $crate::db::SqliteConn = &mut guard;
+                $body
+            }
+            $crate::db::Pool::Pg(p) => {
+                let mut guard = p.$mode().await?;
+                let $conn: &mut $crate::db::PgConn = &mut guard;
+                $body
+            }
+        }
+    }};
+}
+
+/// Runs `$body` inside one transaction on the write connection; an `Err` rolls back.
+#[macro_export]
+macro_rules! with_tx {
+    ($pool:expr, |$conn:ident| $body:expr) => {{
+        $crate::with_conn!($pool, write, |c| {
+            use diesel_async::AsyncConnection as _;
+            c.transaction::<_, $crate::db::DbError, _>(async |$conn| $body).await
+        })
+    }};
+}
+
+/// Which backend a database URL selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub fn backend_of(url: &str) -> Option<Backend> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Some(Backend::Postgres)
+    } else if url.starts_with("sqlite:") {
+        Some(Backend::Sqlite)
+    } else {
+        None
+    }
+}
+
+/// `sqlite://./spendgate.db` → `./spendgate.db`.
+fn sqlite_path(url: &str) -> &str {
+    url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url)
+}
+
+const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
+     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;";
+
+fn sqlite_manager(path: &str) -> AsyncDieselConnectionManager<SqliteConn> {
+    let mut config = ManagerConfig::<SqliteConn>::default();
+    config.custom_setup = Box::new(|url: &str| {
+        let url = url.to_owned();
+        async move {
+            let mut conn = SqliteConn::establish(&url).await?;
+            conn.batch_execute(SQLITE_PRAGMAS)
+                .await
+                .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+            Ok(conn)
+        }
+        .boxed()
+    });
+    AsyncDieselConnectionManager::new_with_config(path, config)
+}
+
+impl Pool {
+    /// Opens a pool for `url` (`sqlite://…` or `postgres://…`).
+    pub fn connect(url: &str, max_connections: usize) -> Result<Self, String> {
+        match backend_of(url) {
+            Some(Backend::Sqlite) => {
+                let path = sqlite_path(url);
+                let build = |size: usize| {
+                    DeadPool::builder(sqlite_manager(path))
+                        .max_size(size)
+                        .wait_timeout(Some(CONNECT_TIMEOUT))
+                        .create_timeout(Some(CONNECT_TIMEOUT))
+                        .runtime(Runtime::Tokio1)
+                        .build()
+                        .map_err(|e| e.to_string())
+                };
+                Ok(Pool::Sqlite(SqlitePools { read: build(max_connections.max(1))?, write: build(1)? }))
+            }
+            Some(Backend::Postgres) => {
+                let manager = AsyncDieselConnectionManager::<PgConn>::new(url);
+                let pool = DeadPool::builder(manager)
+                    .max_size(max_connections.max(1))
+                    .wait_timeout(Some(CONNECT_TIMEOUT))
+                    .create_timeout(Some(CONNECT_TIMEOUT))
+                    .runtime(Runtime::Tokio1)
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                Ok(Pool::Pg(PgPool(pool)))
+            }
+            None => Err(format!("unsupported database URL {url:?}: use sqlite://PATH or postgres://…")),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Pg(_) => Backend::Postgres,
+        }
+    }
+
+    /// A trivial round trip: readiness means the database answers.
+    pub async fn ping(&self) -> DbResult<()> {
+        with_conn!(self, read, |conn| { conn.batch_execute("SELECT 1").await.map_err(DbError::from) })
+    }
+}
+
+/// Applies pending migrations. Blocking: call it off the async runtime.
+pub fn run_migrations(url: &str) -> Result<Vec<String>, String> {
+    let applied = match backend_of(url) {
+        Some(Backend::Sqlite) => {
+            let mut conn = SqliteConnection::establish(sqlite_path(url)).map_err(|e| e.to_string())?;
+            diesel::connection::SimpleConnection::batch_execute(&mut conn, SQLITE_PRAGMAS)
+                .map_err(|e| e.to_string())?;
+            conn.run_pending_migrations(MIGRATIONS)
+                .map_err(|e| e.to_string())?
+                .iter()
+                .map(|v| v.to_string())
+                .collect()
+        }
+        Some(Backend::Postgres) => {
+            let mut conn = <AsyncConnectionWrapper<PgConn> as diesel::Connection>::establish(url)
+                .map_err(|e| e.to_string())?;
+            conn.run_pending_migrations(MIGRATIONS)
+                .map_err(|e| e.to_string())?
+                .iter()
+                .map(|v| v.to_string())
+                .collect()
+        }
+        None => return Err(format!("unsupported database URL {url:?}")),
+    };
+    Ok(applied)
+}
+
+/// Runs [`run_migrations`] on a plain thread, so it works from any runtime flavour.
+pub async fn migrate(url: &str) -> Result<Vec<String>, String> {
+    let url = url.to_owned();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_migrations(&url));
+    });
+    rx.await.map_err(|_| "migration thread died".to_owned())?
+}

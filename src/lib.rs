@@ -1,0 +1,85 @@
+//! spendgate: a self-hosted spend-governance gateway for AI agents.
+//!
+//! `run` wires the pieces: configuration, the database pool (migrated at start),
+//! shared state, and the two HTTP listeners — the control plane (`/api/*`) and the
+//! proxy (`/v1/*`, `/v1beta/*`, `/health*`).
+
+pub mod api;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod metrics;
+pub mod plans;
+pub mod proxy;
+pub mod ratelimit;
+pub mod state;
+pub mod util;
+
+use std::io;
+
+use actix_web::{web, App, HttpServer};
+
+use crate::config::Config;
+use crate::state::AppState;
+
+/// Which listeners a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Surface {
+    Control,
+    Proxy,
+}
+
+/// The current API version (see Versioning in the spec).
+pub const API_VERSION: &str = "2026-04-01";
+
+/// Migrates the database, then serves until SIGINT/SIGTERM.
+pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
+    let applied = db::migrate(&config.database_url).await.map_err(io::Error::other)?;
+    if !applied.is_empty() {
+        tracing::info!(count = applied.len(), "applied migrations");
+    }
+    let pool =
+        db::Pool::connect(&config.database_url, config.db_max_connections).map_err(io::Error::other)?;
+    let state = AppState::new(config.clone(), pool);
+    let workers = config.workers;
+
+    let mut servers = Vec::new();
+    let mut ready = Vec::new();
+    if only != Some(Surface::Proxy) {
+        let st = state.clone();
+        let server = HttpServer::new(move || {
+            App::new().app_data(web::Data::new(st.clone())).configure(api::configure)
+        })
+        .workers(workers)
+        .shutdown_timeout(10)
+        .bind(config.control_addr)?;
+        for addr in server.addrs() {
+            ready.push(format!("control=http://{addr}"));
+        }
+        servers.push(server.run());
+    }
+    if only != Some(Surface::Control) {
+        let st = state.clone();
+        let server = HttpServer::new(move || {
+            App::new().app_data(web::Data::new(st.clone())).configure(proxy::configure)
+        })
+        .workers(workers)
+        .shutdown_timeout(30)
+        .bind(config.proxy_addr)?;
+        for addr in server.addrs() {
+            ready.push(format!("proxy=http://{addr}"));
+        }
+        servers.push(server.run());
+    }
+    // Tests and operators wait for this line: it is printed once every listener is bound.
+    println!("spendgate ready {}", ready.join(" "));
+    tracing::info!(listeners = %ready.join(" "), backend = ?state.pool.backend(), "spendgate ready");
+
+    for result in futures_util::future::join_all(servers).await {
+        result?;
+    }
+    tracing::info!("spendgate stopped");
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! Proxy health routes: liveness, readiness (the database answers), metrics and
+//! live feature flags. No authentication.
+
+use actix_web::http::header;
+use actix_web::{get, web, HttpRequest, HttpResponse};
+use serde_json::json;
+
+use crate::state::AppState;
+
+/// Liveness.
+#[utoipa::path(get, path = "/health", tag = "proxy-health", responses((status = 200, description = "{ status: ok, service: service-proxy }")))]
+#[get("/health")]
+pub async fn get_health() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "ok", "service": "service-proxy" }))
+}
+
+/// Readiness: 200 only while the database answers.
+#[utoipa::path(get, path = "/health/ready", tag = "proxy-health", responses((status = 200), (status = 503)))]
+#[get("/health/ready")]
+pub async fn get_ready(state: web::Data<AppState>) -> HttpResponse {
+    match state.pool.ping().await {
+        Ok(()) => HttpResponse::Ok().json(json!({ "status": "ok", "service": "service-proxy" })),
+        Err(e) => HttpResponse::ServiceUnavailable().json(json!({
+            "status": "unavailable", "service": "service-proxy", "reason": e.to_string()
+        })),
+    }
+}
+
+/// Metrics: Prometheus text when `Accept` asks for `text/plain` or OpenMetrics,
+/// JSON otherwise.
+#[utoipa::path(get, path = "/health/metrics", tag = "proxy-health", responses((status = 200)))]
+#[get("/health/metrics")]
+pub async fn get_metrics(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if accept.contains("text/plain") || accept.contains("application/openmetrics-text") {
+        HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4; charset=utf-8")
+            .body(state.metrics.render_text())
+    } else {
+        HttpResponse::Ok().json(state.metrics.render_json())
+    }
+}
+
+/// Live values of the feature flags.
+#[utoipa::path(get, path = "/health/feature-flags", tag = "proxy-health", responses((status = 200)))]
+#[get("/health/feature-flags")]
+pub async fn get_feature_flags(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "PLAN_COUNTER_ENABLED": true,
+        "SERVICE_CLOUD": false,
+        "CACHE_SCHEMA_VERSION": 1,
+        "build_sha": state.config.build_sha,
+    }))
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(get_health).service(get_ready).service(get_metrics).service(get_feature_flags);
+}

@@ -1,0 +1,46 @@
+//! The proxy surface: provider pass-through routes, health and internal routes.
+//! Every response carries `X-Service-Trace-Id`.
+
+pub mod health;
+pub mod trace;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::HeaderValue;
+use actix_web::middleware::{from_fn, Next};
+use actix_web::{web, HttpMessage, HttpResponse};
+
+use crate::error::{ApiError, ErrorCode};
+
+/// Step 1 of the processing order: resolve the trace id before anything else, so
+/// that even errors carry it.
+async fn trace_id(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let resolved = trace::resolve(req.headers());
+    let header_value = HeaderValue::from_str(&resolved.trace_id).ok();
+    req.extensions_mut().insert(resolved);
+    let mut res = next.call(req).await?;
+    if let Some(v) = header_value {
+        res.headers_mut().insert(trace::TRACE_ID_HEADER, v);
+    }
+    Ok(res)
+}
+
+async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(ErrorCode::NotFound, "No such route"))
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::scope("")
+            .wrap(from_fn(trace_id))
+            .configure(health::configure)
+            .default_service(web::to(not_found)),
+    );
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(health::get_health, health::get_ready, health::get_metrics, health::get_feature_flags))]
+pub struct ApiDoc;

@@ -1,0 +1,84 @@
+//! Field rules shared by several resources: tags, customer identifiers, trimmed
+//! names, string lists.
+
+use std::collections::BTreeMap;
+
+use crate::error::Issues;
+
+pub const MAX_TAGS: usize = 10;
+pub const MAX_TAG_KEY: usize = 64;
+pub const MAX_TAG_VALUE: usize = 256;
+pub const RESERVED_TAG_PREFIX: &str = "_svc_";
+pub const MAX_CUSTOMER_ID: usize = 256;
+
+pub fn is_tag_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= MAX_TAG_KEY
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Validates a tags object strictly (control-plane input): every problem is an issue.
+/// Reserved `_svc_` keys are refused from callers.
+pub fn check_tags(tags: &BTreeMap<String, String>, path: &str, issues: &mut Issues) {
+    if tags.len() > MAX_TAGS {
+        issues.push(&[path], format!("at most {MAX_TAGS} tags"));
+    }
+    for (k, v) in tags {
+        if !is_tag_key(k) {
+            issues.push(&[path, k], "tag key must match [a-zA-Z0-9_-]+ and be at most 64 characters");
+        } else if k.starts_with(RESERVED_TAG_PREFIX) {
+            issues.push(&[path, k], "tag keys starting with _svc_ are reserved");
+        }
+        if v.chars().count() > MAX_TAG_VALUE {
+            issues.push(&[path, k], "tag value must be at most 256 characters");
+        }
+    }
+}
+
+pub fn is_customer_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_CUSTOMER_ID
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Trims and checks a display name's length in characters.
+pub fn trimmed_name(raw: &str, min: usize, max: usize) -> Option<String> {
+    let t = raw.trim();
+    let n = t.chars().count();
+    (n >= min && n <= max).then(|| t.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn customer_ids() {
+        assert!(is_customer_id("acme.corp:eu-1_x"));
+        assert!(!is_customer_id(""));
+        assert!(!is_customer_id("a b"));
+        assert!(!is_customer_id(&"a".repeat(257)));
+        assert!(is_customer_id(&"a".repeat(256)));
+    }
+
+    #[test]
+    fn tags_rules() {
+        let mut issues = Issues::new();
+        let mut tags = BTreeMap::new();
+        tags.insert("team".to_owned(), "core".to_owned());
+        check_tags(&tags, "tags", &mut issues);
+        assert!(issues.is_empty());
+        tags.insert("bad key".to_owned(), "x".to_owned());
+        tags.insert("_svc_x".to_owned(), "x".to_owned());
+        tags.insert("long".to_owned(), "v".repeat(257));
+        check_tags(&tags, "tags", &mut issues);
+        assert!(issues.finish().is_err());
+    }
+
+    #[test]
+    fn names_are_trimmed() {
+        assert_eq!(trimmed_name("  ci  ", 1, 50).as_deref(), Some("ci"));
+        assert_eq!(trimmed_name("   ", 1, 50), None);
+        assert_eq!(trimmed_name(&"x".repeat(51), 1, 50), None);
+    }
+}
