@@ -1,0 +1,1 @@
+//! Stateful core of spendgate: budget actors, their registry and the pure ledger rules.
