@@ -24,7 +24,6 @@ pub struct PlanLimits {
     pub budget_cap_microdollars: Option<i64>,
     /// Proxied requests governed per billing period (Free hard-blocks at the cap).
     pub governed_requests_per_period: Option<i64>,
-    pub members: Option<i64>,
 }
 
 impl Plan {
@@ -50,7 +49,6 @@ impl Plan {
                 budgets: Some(20),
                 budget_cap_microdollars: Some(1_000_000_000),
                 governed_requests_per_period: Some(10_000),
-                members: Some(3),
             },
             Plan::Pro => PlanLimits {
                 api_keys: None,
@@ -58,7 +56,6 @@ impl Plan {
                 budgets: Some(500),
                 budget_cap_microdollars: Some(100_000_000_000),
                 governed_requests_per_period: Some(1_000_000),
-                members: Some(25),
             },
             Plan::Scale => PlanLimits {
                 api_keys: None,
@@ -66,7 +63,6 @@ impl Plan {
                 budgets: None,
                 budget_cap_microdollars: None,
                 governed_requests_per_period: Some(10_000_000),
-                members: None,
             },
             Plan::Enterprise => PlanLimits {
                 api_keys: None,
@@ -74,7 +70,6 @@ impl Plan {
                 budgets: None,
                 budget_cap_microdollars: None,
                 governed_requests_per_period: None,
-                members: None,
             },
         }
     }

@@ -5,3 +5,5 @@ mod support;
 
 mod auth;
 mod health;
+mod keys;
+mod orgs;

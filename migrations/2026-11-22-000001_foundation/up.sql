@@ -16,6 +16,8 @@ CREATE TABLE organizations (
     plan TEXT NOT NULL,
     governed_requests BIGINT NOT NULL DEFAULT 0,
     usage_period_start BIGINT NOT NULL DEFAULT 0,
+    upgrade_url TEXT,
+    customer_upgrade_url TEXT,
     created_at BIGINT NOT NULL,
     updated_at BIGINT NOT NULL
 );

@@ -22,6 +22,8 @@ pub struct Organization {
     pub plan: String,
     pub governed_requests: i64,
     pub usage_period_start: i64,
+    pub upgrade_url: Option<String>,
+    pub customer_upgrade_url: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }

@@ -15,6 +15,8 @@ pub fn new_org(id: String, name: String, plan: &str, now: i64) -> Organization {
         plan: plan.to_owned(),
         governed_requests: 0,
         usage_period_start: now,
+        upgrade_url: None,
+        customer_upgrade_url: None,
         created_at: now,
         updated_at: now,
     }

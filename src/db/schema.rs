@@ -18,6 +18,8 @@ diesel::table! {
         plan -> Text,
         governed_requests -> BigInt,
         usage_period_start -> BigInt,
+        upgrade_url -> Nullable<Text>,
+        customer_upgrade_url -> Nullable<Text>,
         created_at -> BigInt,
         updated_at -> BigInt,
     }
