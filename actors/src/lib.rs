@@ -1,1 +1,3 @@
 //! Stateful core of spendgate: budget actors, their registry and the pure ledger rules.
+
+pub mod budget;

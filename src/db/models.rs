@@ -94,3 +94,97 @@ pub struct AuditEvent {
     pub metadata: String,
     pub created_at: i64,
 }
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable, AsChangeset)]
+#[diesel(table_name = budgets, treat_none_as_null = true)]
+pub struct Budget {
+    pub id: String,
+    pub org_id: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub max_budget_microdollars: i64,
+    pub spend_microdollars: i64,
+    pub reserved_microdollars: i64,
+    pub policy: String,
+    pub reset_interval: Option<String>,
+    pub current_period_start: Option<i64>,
+    /// JSON array of integers.
+    pub threshold_percentages: String,
+    pub velocity_limit_microdollars: Option<i64>,
+    pub velocity_window_seconds: Option<i64>,
+    pub velocity_cooldown_seconds: Option<i64>,
+    pub session_limit_microdollars: Option<i64>,
+    pub finalization_reserve_microdollars: Option<i64>,
+    pub loop_max_calls: Option<i64>,
+    pub loop_window_seconds: Option<i64>,
+    pub loop_aggregate_max_keys: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = cost_events)]
+pub struct CostEvent {
+    pub id: String,
+    pub org_id: String,
+    pub request_id: String,
+    pub api_key_id: Option<String>,
+    pub user_id: Option<String>,
+    pub provider: String,
+    pub model: String,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cached_input_tokens: i64,
+    pub reasoning_tokens: i64,
+    pub cost_microdollars: i64,
+    pub duration_ms: Option<i64>,
+    pub upstream_duration_ms: Option<i64>,
+    pub session_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub event_type: String,
+    pub tool_name: Option<String>,
+    pub tool_server: Option<String>,
+    /// JSON object of string to string.
+    pub tags: String,
+    pub customer_id: Option<String>,
+    /// JSON `{ input, output, cached, reasoning? }`.
+    pub cost_breakdown: Option<String>,
+    pub source: String,
+    pub budget_status: String,
+    pub action_id: Option<String>,
+    pub estimated: bool,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = cost_event_tags)]
+pub struct CostEventTag {
+    pub event_id: String,
+    pub org_id: String,
+    pub tag_key: String,
+    pub tag_value: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = event_outbox)]
+pub struct OutboxEvent {
+    pub id: String,
+    pub org_id: String,
+    pub event_type: String,
+    pub payload: String,
+    pub created_at: i64,
+    pub dispatched_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = idempotency_keys)]
+pub struct IdempotencyRecord {
+    pub id: String,
+    pub request_hash: String,
+    pub state: String,
+    pub response_status: Option<i64>,
+    pub response_body: Option<String>,
+    pub created_at: i64,
+    pub expires_at: i64,
+}

@@ -92,6 +92,107 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    budgets (id) {
+        id -> Text,
+        org_id -> Text,
+        entity_type -> Text,
+        entity_id -> Text,
+        max_budget_microdollars -> BigInt,
+        spend_microdollars -> BigInt,
+        reserved_microdollars -> BigInt,
+        policy -> Text,
+        reset_interval -> Nullable<Text>,
+        current_period_start -> Nullable<BigInt>,
+        threshold_percentages -> Text,
+        velocity_limit_microdollars -> Nullable<BigInt>,
+        velocity_window_seconds -> Nullable<BigInt>,
+        velocity_cooldown_seconds -> Nullable<BigInt>,
+        session_limit_microdollars -> Nullable<BigInt>,
+        finalization_reserve_microdollars -> Nullable<BigInt>,
+        loop_max_calls -> Nullable<BigInt>,
+        loop_window_seconds -> Nullable<BigInt>,
+        loop_aggregate_max_keys -> Nullable<BigInt>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    budget_reservations (id) {
+        id -> Text,
+        budget_id -> Text,
+        amount_microdollars -> BigInt,
+        instance_id -> Text,
+        expires_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    cost_events (id) {
+        id -> Text,
+        org_id -> Text,
+        request_id -> Text,
+        api_key_id -> Nullable<Text>,
+        user_id -> Nullable<Text>,
+        provider -> Text,
+        model -> Text,
+        input_tokens -> BigInt,
+        output_tokens -> BigInt,
+        cached_input_tokens -> BigInt,
+        reasoning_tokens -> BigInt,
+        cost_microdollars -> BigInt,
+        duration_ms -> Nullable<BigInt>,
+        upstream_duration_ms -> Nullable<BigInt>,
+        session_id -> Nullable<Text>,
+        trace_id -> Nullable<Text>,
+        event_type -> Text,
+        tool_name -> Nullable<Text>,
+        tool_server -> Nullable<Text>,
+        tags -> Text,
+        customer_id -> Nullable<Text>,
+        cost_breakdown -> Nullable<Text>,
+        source -> Text,
+        budget_status -> Text,
+        action_id -> Nullable<Text>,
+        estimated -> Bool,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    cost_event_tags (event_id, tag_key) {
+        event_id -> Text,
+        org_id -> Text,
+        tag_key -> Text,
+        tag_value -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    event_outbox (id) {
+        id -> Text,
+        org_id -> Text,
+        event_type -> Text,
+        payload -> Text,
+        created_at -> BigInt,
+        dispatched_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    idempotency_keys (id) {
+        id -> Text,
+        request_hash -> Text,
+        state -> Text,
+        response_status -> Nullable<BigInt>,
+        response_body -> Nullable<Text>,
+        created_at -> BigInt,
+        expires_at -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     users,
     organizations,
@@ -100,4 +201,10 @@ diesel::allow_tables_to_appear_in_same_query!(
     invitations,
     api_keys,
     audit_events,
+    budgets,
+    budget_reservations,
+    cost_events,
+    cost_event_tags,
+    event_outbox,
+    idempotency_keys,
 );

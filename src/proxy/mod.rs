@@ -2,7 +2,9 @@
 //! Every response carries `X-Service-Trace-Id`.
 
 pub mod health;
+pub mod pricing;
 pub mod trace;
+pub mod usage;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};

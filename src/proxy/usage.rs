@@ -125,6 +125,8 @@ struct OpenAiChunk<'a> {
     #[serde(borrow)]
     id: Option<Text<'a>>,
     #[serde(borrow)]
+    object: Option<Text<'a>>,
+    #[serde(borrow)]
     model: Option<Text<'a>>,
     usage: Option<OpenAiRawUsage>,
     #[serde(borrow)]
@@ -176,6 +178,7 @@ pub struct OpenAiStreamUsage {
     /// `(choice index, tool-call index)` of each entry of `tool_calls`: a streamed call is
     /// spread over many deltas that share its index.
     tool_call_keys: Vec<(usize, usize)>,
+    last_event_usage_only: bool,
 }
 
 impl OpenAiStreamUsage {
@@ -185,10 +188,14 @@ impl OpenAiStreamUsage {
 
     /// Takes the `data` of one SSE event. Non-JSON data (`[DONE]`, errors) is ignored.
     pub fn on_event(&mut self, data: &[u8]) {
+        self.last_event_usage_only = false;
         if data == b"[DONE]" {
             return;
         }
         let Ok(chunk) = serde_json::from_slice::<OpenAiChunk<'_>>(data) else { return };
+        self.last_event_usage_only = chunk.usage.is_some()
+            && chunk.choices.as_ref().is_some_and(Vec::is_empty)
+            && chunk.object.as_ref().is_none_or(|o| o.as_str() == "chat.completion.chunk");
         remember(&mut self.response_id, chunk.id);
         remember(&mut self.model, chunk.model);
         if let Some(usage) = chunk.usage {
@@ -223,6 +230,12 @@ impl OpenAiStreamUsage {
                 field.push_str(value.as_str());
             }
         }
+    }
+
+    /// Whether the event just fed was the usage-only chunk, as
+    /// [`is_openai_usage_only_chunk`] would say, without parsing it a second time.
+    pub fn last_event_was_usage_only(&self) -> bool {
+        self.last_event_usage_only
     }
 
     /// The completion id (`chatcmpl-…`).
@@ -273,7 +286,7 @@ pub fn is_openai_usage_only_chunk(data: &[u8]) -> bool {
 // Anthropic messages
 // ---------------------------------------------------------------------------------------
 
-#[derive(Deserialize, Clone, Copy, Default)]
+#[derive(Deserialize, Clone, Copy, Default, Debug)]
 struct AnthropicRawUsage {
     /// Excludes cache reads and writes.
     input_tokens: Option<u64>,
@@ -283,7 +296,7 @@ struct AnthropicRawUsage {
     cache_creation: Option<AnthropicCacheCreation>,
 }
 
-#[derive(Deserialize, Clone, Copy, Default)]
+#[derive(Deserialize, Clone, Copy, Default, Debug)]
 struct AnthropicCacheCreation {
     ephemeral_5m_input_tokens: Option<u64>,
     ephemeral_1h_input_tokens: Option<u64>,
@@ -294,7 +307,8 @@ impl AnthropicRawUsage {
     fn overlay(&mut self, newer: AnthropicRawUsage) {
         self.input_tokens = newer.input_tokens.or(self.input_tokens);
         self.output_tokens = newer.output_tokens.or(self.output_tokens);
-        self.cache_creation_input_tokens = newer.cache_creation_input_tokens.or(self.cache_creation_input_tokens);
+        self.cache_creation_input_tokens =
+            newer.cache_creation_input_tokens.or(self.cache_creation_input_tokens);
         self.cache_read_input_tokens = newer.cache_read_input_tokens.or(self.cache_read_input_tokens);
         self.cache_creation = newer.cache_creation.or(self.cache_creation);
     }
@@ -398,12 +412,6 @@ pub struct AnthropicStreamUsage {
     model: Option<String>,
     usage: Option<AnthropicRawUsage>,
     tool_calls: Vec<ToolCall>,
-}
-
-impl fmt::Debug for AnthropicRawUsage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.normalise(), f)
-    }
 }
 
 impl AnthropicStreamUsage {
@@ -791,7 +799,10 @@ pub fn request_summary(provider: Provider, body: &[u8]) -> Option<RequestSummary
         Provider::Google => {
             let request: GeminiRequest = serde_json::from_slice(body).ok()?;
             RequestSummary {
-                max_output_tokens: request.generation_config.and_then(|c| c.max_output_tokens).map(saturate_u32),
+                max_output_tokens: request
+                    .generation_config
+                    .and_then(|c| c.max_output_tokens)
+                    .map(saturate_u32),
                 ..RequestSummary::default()
             }
         }
@@ -805,7 +816,7 @@ pub fn request_max_tokens(provider: Provider, body: &[u8]) -> Option<u32> {
 
 /// The `model` of an OpenAI or Anthropic request body.
 pub fn request_model(body: &[u8]) -> Option<String> {
-    // Both providers use a top-level string `model`; OpenAI's struct reads it.
+    // Both providers put the model in a top-level string `model`.
     #[derive(Deserialize)]
     struct ModelOnly<'a> {
         #[serde(borrow)]
@@ -862,7 +873,7 @@ pub fn openai_add_include_usage(body: &[u8]) -> Option<Vec<u8>> {
                     }
                 }
             }
-            Some(b'n') => {
+            Some(b'n') if &body[start..end] == b"null" => {
                 out.extend_from_slice(&body[..start]);
                 out.extend_from_slice(br#"{"include_usage":true}"#);
                 out.extend_from_slice(&body[end..]);
@@ -870,12 +881,15 @@ pub fn openai_add_include_usage(body: &[u8]) -> Option<Vec<u8>> {
             _ => return None,
         },
     }
-    #[derive(Deserialize)]
-    struct Check {
-        stream_options: OpenAiStreamOptions,
-    }
-    let check: Check = serde_json::from_slice(&out).ok()?;
+    let check: IncludeUsageCheck = serde_json::from_slice(&out).ok()?;
     (check.stream_options.include_usage == Some(true)).then_some(out)
+}
+
+/// Parses a spliced request back; serde's derive refuses duplicate keys, which is what
+/// catches a `stream_options` the splice could not see.
+#[derive(Deserialize)]
+struct IncludeUsageCheck {
+    stream_options: OpenAiStreamOptions,
 }
 
 /// Just enough of a JSON scanner to find the byte span of a member's value in an object,
@@ -981,8 +995,9 @@ mod json_scan {
 // Server-sent events
 // ---------------------------------------------------------------------------------------
 
-/// Largest event the parser keeps (its lines together); a larger one is dropped whole,
-/// so a misbehaving upstream cannot make the proxy buffer without bound.
+/// Largest event the parser keeps: an event whose data, or whose data plus the line still
+/// being assembled, grows past this many bytes is dropped whole, so a misbehaving upstream
+/// cannot make the proxy buffer without bound.
 pub const MAX_SSE_EVENT_BYTES: usize = 4 * 1024 * 1024;
 
 /// Capacity the data buffer shrinks back to after an unusually large event, so that one
@@ -1498,13 +1513,17 @@ mod tests {
         acc.on_event(OPENAI_BODY.as_bytes());
         assert_eq!(acc.response_id(), Some("chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG"));
         assert_eq!(acc.model(), Some("gpt-4o-2024-08-06"));
-        assert_eq!(acc.tool_calls(), [ToolCall { id: "call_abc123".into(), name: "get_current_weather".into() }]);
+        assert_eq!(
+            acc.tool_calls(),
+            [ToolCall { id: "call_abc123".into(), name: "get_current_weather".into() }]
+        );
         assert_eq!(acc.finish(), Some(usage));
     }
 
     #[test]
     fn openai_body_minimal_and_missing_details() {
-        let usage = openai_usage(br#"{"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}}"#);
+        let usage =
+            openai_usage(br#"{"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}}"#);
         assert_eq!(usage, Some(Usage { input_tokens: 9, output_tokens: 12, ..Usage::default() }));
         let nulls = br#"{"usage":{"prompt_tokens":9,"completion_tokens":null,"prompt_tokens_details":null}}"#;
         assert_eq!(openai_usage(nulls), Some(Usage { input_tokens: 9, ..Usage::default() }));
@@ -1527,7 +1546,10 @@ mod tests {
         let mut acc = AnthropicStreamUsage::new();
         acc.on_event(ANTHROPIC_BODY.as_bytes());
         assert_eq!(acc.response_id(), Some("msg_013Zva2CMHLNnXjNJJKqJ2EF"));
-        assert_eq!(acc.tool_calls(), [ToolCall { id: "toolu_01A09q90qw90lq917835lq9".into(), name: "get_weather".into() }]);
+        assert_eq!(
+            acc.tool_calls(),
+            [ToolCall { id: "toolu_01A09q90qw90lq917835lq9".into(), name: "get_weather".into() }]
+        );
         assert_eq!(acc.finish(), Some(usage));
     }
 
@@ -1535,14 +1557,23 @@ mod tests {
     fn anthropic_cache_creation_without_split_is_five_minutes() {
         let body = br#"{"usage":{"input_tokens":10,"cache_creation_input_tokens":300,"cache_read_input_tokens":0,"output_tokens":5}}"#;
         let usage = anthropic_usage(body).unwrap();
-        assert_eq!((usage.input_tokens, usage.cache_write_5m_tokens, usage.cache_write_1h_tokens), (310, 300, 0));
+        assert_eq!(
+            (usage.input_tokens, usage.cache_write_5m_tokens, usage.cache_write_1h_tokens),
+            (310, 300, 0)
+        );
         // A split that disagrees with the total: the larger is billed, the rest as 5m.
         let body = br#"{"usage":{"input_tokens":0,"cache_creation_input_tokens":100,"cache_creation":{"ephemeral_1h_input_tokens":30},"output_tokens":0}}"#;
         let usage = anthropic_usage(body).unwrap();
-        assert_eq!((usage.input_tokens, usage.cache_write_5m_tokens, usage.cache_write_1h_tokens), (100, 70, 30));
+        assert_eq!(
+            (usage.input_tokens, usage.cache_write_5m_tokens, usage.cache_write_1h_tokens),
+            (100, 70, 30)
+        );
         let body = br#"{"usage":{"input_tokens":0,"cache_creation_input_tokens":10,"cache_creation":{"ephemeral_5m_input_tokens":20,"ephemeral_1h_input_tokens":30}}}"#;
         let usage = anthropic_usage(body).unwrap();
-        assert_eq!((usage.input_tokens, usage.cache_write_5m_tokens, usage.cache_write_1h_tokens), (50, 20, 30));
+        assert_eq!(
+            (usage.input_tokens, usage.cache_write_5m_tokens, usage.cache_write_1h_tokens),
+            (50, 20, 30)
+        );
     }
 
     #[test]
@@ -1567,7 +1598,10 @@ mod tests {
         assert_eq!(acc.finish(), Some(usage));
         // The JSON-array form of streamGenerateContent: the last usage wins.
         let array = br#" [{"usageMetadata":{"promptTokenCount":5}},{"candidates":[]},{"usageMetadata":{"promptTokenCount":5,"candidatesTokenCount":7}}]"#;
-        assert_eq!(gemini_usage(array), Some(Usage { input_tokens: 5, output_tokens: 7, ..Usage::default() }));
+        assert_eq!(
+            gemini_usage(array),
+            Some(Usage { input_tokens: 5, output_tokens: 7, ..Usage::default() })
+        );
     }
 
     #[test]
@@ -1586,8 +1620,7 @@ mod tests {
 
     #[test]
     fn malformed_input_is_none_without_panicking() {
-        let garbage: [&[u8]; 8] =
-            [b"", b"null", b"[", b"{\"usage\":", b"\xff\xfe", b"{\"usage\":{\"prompt_tokens\":-1}}", b"42", b"\"s\""];
+        let garbage: [&[u8]; 7] = [b"", b"null", b"[", b"{\"usage\":", b"\xff\xfe", b"42", b"\"s\""];
         for body in garbage {
             assert_eq!(openai_usage(body), None);
             assert_eq!(anthropic_usage(body), None);
@@ -1595,6 +1628,9 @@ mod tests {
             assert!(!is_openai_usage_only_chunk(body));
             assert_eq!(openai_add_include_usage(body), None);
         }
+        assert_eq!(openai_usage(br#"{"usage":{"prompt_tokens":-1}}"#), None);
+        assert_eq!(anthropic_usage(br#"{"usage":{"input_tokens":"12"}}"#), None);
+        assert_eq!(gemini_usage(br#"{"usageMetadata":{"promptTokenCount":1.5}}"#), None);
         // Every truncation of every fixture: no panic, and no usage from a cut body.
         for fixture in [OPENAI_BODY, ANTHROPIC_BODY, GEMINI_BODY] {
             let bytes = fixture.as_bytes();
@@ -1642,6 +1678,18 @@ mod tests {
         );
         let usage_only: Vec<bool> = events.iter().map(|(_, data)| is_openai_usage_only_chunk(data)).collect();
         assert_eq!(usage_only, [false, false, false, false, false, false, true, false]);
+        let mut acc = OpenAiStreamUsage::new();
+        let seen: Vec<bool> = events
+            .iter()
+            .map(|(_, data)| {
+                acc.on_event(data);
+                acc.last_event_was_usage_only()
+            })
+            .collect();
+        assert_eq!(seen, usage_only);
+        // Azure's first chunk has empty choices but no usage.
+        assert!(!is_openai_usage_only_chunk(br#"{"choices":[],"prompt_filter_results":[]}"#));
+        assert!(!is_openai_usage_only_chunk(br#"{"object":"chat.completion","choices":[],"usage":{}}"#));
     }
 
     #[test]
@@ -1670,7 +1718,10 @@ mod tests {
             })
         );
         assert_eq!(id.as_deref(), Some("msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY"));
-        assert_eq!(calls, [ToolCall { id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(), name: "get_weather".into() }]);
+        assert_eq!(
+            calls,
+            [ToolCall { id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(), name: "get_weather".into() }]
+        );
     }
 
     #[test]
@@ -1680,7 +1731,9 @@ mod tests {
             br#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":100,"cache_read_input_tokens":0,"output_tokens":1}}}"#,
         );
         assert_eq!(acc.usage().map(|u| (u.input_tokens, u.output_tokens)), Some((100, 1)));
-        acc.on_event(br#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":40}}"#);
+        acc.on_event(
+            br#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":40}}"#,
+        );
         acc.on_event(
             br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":120,"cache_creation_input_tokens":null,"cache_read_input_tokens":50,"output_tokens":75}}"#,
         );
@@ -1702,7 +1755,12 @@ mod tests {
         let (usage, id, calls) = usage_of(Provider::Google, &events);
         assert_eq!(
             usage,
-            Some(Usage { input_tokens: 8, output_tokens: 31 + 595, reasoning_tokens: 595, ..Usage::default() })
+            Some(Usage {
+                input_tokens: 8,
+                output_tokens: 31 + 595,
+                reasoning_tokens: 595,
+                ..Usage::default()
+            })
         );
         assert_eq!(id.as_deref(), Some("Ae0kaLqjDpKcz7IPmMLG0AQ"));
         assert_eq!(calls, [ToolCall { id: String::new(), name: "get_weather".into() }]);
@@ -1788,7 +1846,8 @@ mod tests {
     fn sse_drops_oversized_events_and_recovers() {
         let mut parser = SseParser::with_max_event_bytes(16);
         let mut events = Vec::new();
-        let stream: &[u8] = b"data: 0123456789\ndata: 0123456789\n\ndata: ok\n\ndata: 0123456789abcdefghij\n\ndata: ok2\n\n";
+        let stream: &[u8] =
+            b"data: 0123456789\ndata: 0123456789\n\ndata: ok\n\ndata: 0123456789abcdefghij\n\ndata: ok2\n\n";
         for piece in stream.chunks(3) {
             parser.feed(piece, |e| events.push(e.data.to_vec()));
         }
@@ -1821,13 +1880,14 @@ mod tests {
         }
         assert_eq!(sizes, vec![5]);
         let mut fits = b"data: ".to_vec();
-        fits.extend_from_slice(&big[..MAX_SSE_EVENT_BYTES - 1]);
+        // The limit counts the line being assembled, `data: ` included.
+        fits.extend_from_slice(&big[..MAX_SSE_EVENT_BYTES - 6]);
         fits.extend_from_slice(b"\n\n");
         let mut sizes = Vec::new();
         for piece in fits.chunks(64 * 1024) {
             parser.feed(piece, |e| sizes.push(e.data.len()));
         }
-        assert_eq!(sizes, vec![MAX_SSE_EVENT_BYTES - 1]);
+        assert_eq!(sizes, vec![MAX_SSE_EVENT_BYTES - 6]);
     }
 
     #[test]
@@ -1918,9 +1978,10 @@ mod tests {
 
     #[test]
     fn openai_add_include_usage_refuses_what_it_cannot_splice_safely() {
-        let refused: [&[u8]; 7] = [
+        let refused: [&[u8]; 8] = [
             br#"{"stream_options":"yes"}"#,
-            br#"{"stream_options":{"include_usage":1}}"#,
+            br#"{"stream_options":[]}"#,
+            br#"{"stream_options":nul}"#,
             br#"{"stream_options":{},"stream_options":{}}"#,
             br#"{"stream\u005foptions":{}}"#,
             br#"["stream_options"]"#,
