@@ -31,6 +31,8 @@ pub enum ErrorCode {
     LimitExceeded,
     Conflict,
     IdempotencyConflict,
+    InvalidIdempotencyKey,
+    IdempotencyUnavailable,
     RateLimitExceeded,
     BudgetExceeded,
     TagBudgetExceeded,
@@ -53,7 +55,8 @@ impl ErrorCode {
             | Self::InvalidInput
             | Self::SpendCapExceeded
             | Self::InvalidKey
-            | Self::InvalidUpstream => StatusCode::BAD_REQUEST,
+            | Self::InvalidUpstream
+            | Self::InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
             Self::AuthenticationRequired | Self::Unauthorized => StatusCode::UNAUTHORIZED,
             // The spec leaves mandate_violation's status open; a policy refusal of an
             // authenticated caller is a 403.
@@ -72,7 +75,9 @@ impl ErrorCode {
             | Self::LoopDetected
             | Self::PlanLimitExceeded => StatusCode::TOO_MANY_REQUESTS,
             Self::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::ServiceUnavailable | Self::RequestInProgress => StatusCode::SERVICE_UNAVAILABLE,
+            Self::ServiceUnavailable | Self::RequestInProgress | Self::IdempotencyUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 }

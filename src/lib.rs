@@ -4,12 +4,15 @@
 //! shared state, and the two HTTP listeners — the control plane (`/api/*`) and the
 //! proxy (`/v1/*`, `/v1beta/*`, `/health*`).
 
+pub mod accounting;
 pub mod api;
 pub mod auth;
+pub mod budgets;
 pub mod cli;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod idempotency;
 pub mod metrics;
 pub mod plans;
 pub mod proxy;

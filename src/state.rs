@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::accounting::AccountingWriter;
 use crate::auth::keys::KeyValidator;
+use crate::budgets::BudgetService;
 use crate::config::Config;
 use crate::db::Pool;
 use crate::metrics::Metrics;
@@ -16,6 +18,8 @@ pub struct Inner {
     pub config: Config,
     pub pool: Pool,
     pub keys: KeyValidator,
+    pub budgets: BudgetService,
+    pub writer: AccountingWriter,
     pub rate_limits: RateLimiters,
     pub metrics: Metrics,
     pub started_at_ms: i64,
@@ -24,6 +28,12 @@ pub struct Inner {
 impl AppState {
     pub fn new(config: Config, pool: Pool) -> Self {
         let metrics = Metrics::new();
+        let budgets = BudgetService::new();
+        let on_commit = {
+            let budgets = budgets.clone();
+            Box::new(move |changes: &[crate::db::cost_events::SpendChange]| budgets.spend_committed(changes))
+        };
+        let writer = AccountingWriter::start(pool.clone(), on_commit);
         let keys = KeyValidator::new(pool.clone());
         let rate_limits =
             RateLimiters::new(config.rate_limit_ip_per_minute, config.rate_limit_key_per_minute);
@@ -31,6 +41,8 @@ impl AppState {
             config,
             pool,
             keys,
+            budgets,
+            writer,
             rate_limits,
             metrics,
             started_at_ms: crate::util::time::now_ms(),

@@ -2,6 +2,9 @@
 
 pub mod audit;
 pub mod auth;
+pub mod budgets;
+pub mod cost_events;
+pub mod cost_events_ingest;
 pub mod health;
 pub mod keys;
 pub mod openapi;
@@ -14,6 +17,7 @@ use actix_web::middleware::{from_fn, Next};
 use actix_web::{web, HttpMessage, HttpResponse};
 
 use crate::error::{ApiError, ErrorCode};
+use crate::ratelimit::RateLimitSnapshot;
 
 pub const SERVICE_VERSION: HeaderName = HeaderName::from_static("service-version");
 
@@ -28,7 +32,7 @@ pub fn is_api_version(v: &str) -> bool {
 }
 
 /// Resolution order: the request's `Service-Version`, then the key's version
-/// setting, then the current default.
+/// setting, then the current default. Also reports the per-key rate limit.
 async fn service_version(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
@@ -46,6 +50,14 @@ async fn service_version(
     if let Ok(value) = HeaderValue::from_str(&version) {
         res.headers_mut().insert(SERVICE_VERSION, value);
     }
+    // Key authentication leaves the per-key rate-limit state behind for the
+    // `X-RateLimit-*` headers of key-authenticated endpoints.
+    let rate_limit = res.request().extensions().get::<RateLimitSnapshot>().copied();
+    if let Some(snapshot) = rate_limit {
+        for (name, value) in snapshot.headers() {
+            res.headers_mut().insert(name, value);
+        }
+    }
     Ok(res)
 }
 
@@ -62,6 +74,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(orgs::configure)
             .configure(keys::configure)
             .configure(audit::configure)
+            .configure(budgets::configure)
+            .configure(cost_events_ingest::configure)
+            .configure(cost_events::configure)
             .configure(openapi::configure)
             .default_service(web::to(not_found)),
     )

@@ -20,6 +20,9 @@ pub fn document() -> utoipa::openapi::OpenApi {
         super::orgs::ApiDoc::openapi(),
         super::keys::ApiDoc::openapi(),
         super::audit::ApiDoc::openapi(),
+        super::budgets::ApiDoc::openapi(),
+        super::cost_events::ApiDoc::openapi(),
+        super::cost_events_ingest::ApiDoc::openapi(),
         crate::proxy::ApiDoc::openapi(),
     ] {
         doc.merge(part);

@@ -11,6 +11,9 @@
 //! beside the writer).
 
 pub mod audit;
+pub mod budgets;
+pub mod cost_event_queries;
+pub mod cost_events;
 pub mod keys;
 pub mod models;
 pub mod orgs;
@@ -26,12 +29,39 @@ use diesel::Connection as _;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::pooled_connection::deadpool::{Object, Pool as DeadPool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
-use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+use diesel_async::sync_connection_wrapper::{SpawnBlocking, SyncConnectionWrapper};
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 use futures_util::FutureExt;
 
-pub type SqliteConn = SyncConnectionWrapper<SqliteConnection>;
+pub type SqliteConn = SyncConnectionWrapper<SqliteConnection, DetachedBlocking>;
+
+/// Runs SQLite work on tokio's blocking pool without diesel-async's default
+/// cancel guard. That guard blocks in `block_in_place` when a query future is
+/// dropped mid-flight, which panics on actix's current-thread workers (a failed
+/// extractor or a client disconnect is enough to drop one). Here a dropped future
+/// simply detaches: the blocking task finishes on its own, the connection's mutex
+/// keeps the next query waiting for it, and the pool discards a connection whose
+/// transaction was left open.
+pub struct DetachedBlocking;
+
+impl SpawnBlocking for DetachedBlocking {
+    fn spawn_blocking<'a, R>(
+        &mut self,
+        task: impl FnOnce() -> R + Send + 'static,
+    ) -> futures_util::future::BoxFuture<'a, Result<R, Box<dyn std::error::Error + Send + Sync + 'static>>>
+    where
+        R: Send + 'static,
+    {
+        tokio::task::spawn_blocking(task)
+            .map(|r| r.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync + 'static>))
+            .boxed()
+    }
+
+    fn get_runtime() -> Self {
+        DetachedBlocking
+    }
+}
 pub type PgConn = AsyncPgConnection;
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
@@ -227,7 +257,7 @@ impl Pool {
 
     /// A trivial round trip: readiness means the database answers.
     pub async fn ping(&self) -> DbResult<()> {
-        with_conn!(self, read, |conn| { conn.batch_execute("SELECT 1").await.map_err(DbError::from) })
+        with_conn!(self, read, |conn| conn.batch_execute("SELECT 1").await.map_err(DbError::from))
     }
 }
 

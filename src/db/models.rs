@@ -123,7 +123,7 @@ pub struct Budget {
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = cost_events)]
+#[diesel(table_name = cost_events, treat_none_as_default_value = false)]
 pub struct CostEvent {
     pub id: String,
     pub org_id: String,
@@ -157,7 +157,7 @@ pub struct CostEvent {
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = cost_event_tags)]
+#[diesel(table_name = cost_event_tags, treat_none_as_default_value = false)]
 pub struct CostEventTag {
     pub event_id: String,
     pub org_id: String,
@@ -167,7 +167,7 @@ pub struct CostEventTag {
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = event_outbox)]
+#[diesel(table_name = event_outbox, treat_none_as_default_value = false)]
 pub struct OutboxEvent {
     pub id: String,
     pub org_id: String,

@@ -2,6 +2,7 @@
 //! Every response carries `X-Service-Trace-Id`.
 
 pub mod health;
+pub mod internal;
 pub mod pricing;
 pub mod trace;
 pub mod usage;
@@ -39,10 +40,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         web::scope("")
             .wrap(from_fn(trace_id))
             .configure(health::configure)
+            .configure(internal::configure)
             .default_service(web::to(not_found)),
     );
 }
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(health::get_health, health::get_ready, health::get_metrics, health::get_feature_flags))]
+#[openapi(paths(
+    health::get_health,
+    health::get_ready,
+    health::get_metrics,
+    health::get_feature_flags,
+    internal::invalidate_budget,
+    internal::get_velocity_state
+))]
 pub struct ApiDoc;

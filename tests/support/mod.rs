@@ -289,3 +289,24 @@ impl TestApp {
         c
     }
 }
+
+/// An API key created through the dashboard API: (prefixed id, raw key).
+pub async fn create_key(owner: &Client, name: &str) -> (String, String) {
+    let r = owner.post("/api/keys", json!({ "name": name })).await;
+    assert_eq!(r.status, 201, "create key: {r:?}");
+    let d = &r.body["data"];
+    (d["id"].as_str().unwrap_or_default().to_owned(), d["rawKey"].as_str().unwrap_or_default().to_owned())
+}
+
+/// A client that sends `X-Service-Key` on every request.
+pub fn key_client(base: &str, raw_key: &str) -> Client {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-service-key", raw_key.parse().expect("header value"));
+    let http = reqwest::Client::builder().default_headers(headers).build().expect("client");
+    Client { http, base: base.to_owned() }
+}
+
+/// A minimal valid cost event.
+pub fn event(cost: i64) -> Value {
+    json!({ "provider": "openai", "model": "gpt-4o", "inputTokens": 100, "outputTokens": 20, "costMicrodollars": cost })
+}

@@ -1,0 +1,103 @@
+//! The accounting writer: group commit for cost events.
+//!
+//! Every cost event (SDK ingest now, proxied calls later) is handed to one writer
+//! task. While a transaction is in flight, new events queue up; the next
+//! transaction takes everything queued (up to [`MAX_BATCH_EVENTS`]) at once. No
+//! timer adds latency to a lone event, and under load one commit serves many
+//! requests. A caller is answered only after the transaction that holds its event
+//! has committed: an acknowledged event is durable, with its budget effects.
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::db::cost_events::{self, CommitResult, NewCostEvent, Outcome, SpendChange};
+use crate::db::{DbError, Pool};
+use crate::util::time;
+
+/// Upper bound of events in one transaction.
+pub const MAX_BATCH_EVENTS: usize = 2_000;
+/// Queued jobs before callers wait for room (backpressure instead of memory growth).
+const QUEUE_CAPACITY: usize = 4_096;
+
+struct Job {
+    events: Vec<NewCostEvent>,
+    reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
+}
+
+/// Handle to the writer task; cheap to clone.
+#[derive(Clone)]
+pub struct AccountingWriter {
+    tx: mpsc::Sender<Job>,
+}
+
+/// Called after each commit with the budgets whose spend moved.
+pub type OnCommit = Box<dyn Fn(&[SpendChange]) + Send + Sync>;
+
+impl AccountingWriter {
+    /// Starts the writer on the current runtime.
+    pub fn start(pool: Pool, on_commit: OnCommit) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+        tokio::spawn(run(pool, rx, on_commit));
+        AccountingWriter { tx }
+    }
+
+    /// Makes `events` durable; returns one outcome per event, in order. An error
+    /// means nothing of this call was committed.
+    pub async fn commit(&self, events: Vec<NewCostEvent>) -> Result<Vec<Outcome>, DbError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Job { events, reply }).await.map_err(|_| DbError::unavailable("accounting writer stopped"))?;
+        rx.await.map_err(|_| DbError::unavailable("accounting writer stopped"))?.map_err(DbError::Unavailable)
+    }
+}
+
+async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, on_commit: OnCommit) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        let mut count = jobs[0].events.len();
+        while count < MAX_BATCH_EVENTS {
+            match rx.try_recv() {
+                Ok(job) => {
+                    count += job.events.len();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        let mut sizes = Vec::with_capacity(jobs.len());
+        let mut events = Vec::with_capacity(count);
+        let mut replies = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            sizes.push(job.events.len());
+            events.extend(job.events);
+            replies.push(job.reply);
+        }
+        match commit_with_retry(&pool, std::sync::Arc::new(events)).await {
+            Ok(CommitResult { outcomes, changes }) => {
+                on_commit(&changes);
+                let mut outcomes = outcomes.into_iter();
+                for (size, reply) in sizes.into_iter().zip(replies) {
+                    let _ = reply.send(Ok(outcomes.by_ref().take(size).collect()));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cost event commit failed");
+                for reply in replies {
+                    let _ = reply.send(Err(e.to_string()));
+                }
+            }
+        }
+    }
+}
+
+/// One retry covers a transient lock or a connection dropped by the server; the
+/// transaction either committed whole or not at all, and duplicates are skipped on
+/// (org, provider, requestId), so a retry can never count an event twice.
+async fn commit_with_retry(pool: &Pool, events: std::sync::Arc<Vec<NewCostEvent>>) -> Result<CommitResult, DbError> {
+    match cost_events::commit_batch(pool, events.clone(), time::now_ms()).await {
+        Err(DbError::Unavailable(e)) => {
+            tracing::warn!(error = %e, "retrying cost event commit");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            cost_events::commit_batch(pool, events, time::now_ms()).await
+        }
+        other => other,
+    }
+}

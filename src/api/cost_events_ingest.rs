@@ -1,0 +1,351 @@
+//! Cost-event ingest: `POST /api/cost-events` and `POST /api/cost-events/batch`
+//! (API key). Events go through the idempotency layer, then the group-commit
+//! writer; a 2xx means the event and its budget effects are durable.
+
+use std::collections::BTreeMap;
+
+use actix_web::http::StatusCode;
+use actix_web::{post, web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::auth::keys::{KeyAuth, KeyIdentity};
+use crate::db::cost_events::{BudgetTarget, NewCostEvent, Outcome};
+use crate::db::models::CostEvent;
+use crate::error::{ApiError, Issues};
+use crate::idempotency;
+use crate::proxy::trace::is_trace_id;
+use crate::state::AppState;
+use crate::util::json::JsonBody;
+use crate::util::validate::{check_tags, is_customer_id, RESERVED_TAG_PREFIX};
+use crate::util::{ids, time};
+
+pub const MAX_BATCH: usize = 100;
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostBreakdownInput {
+    pub input: i64,
+    pub output: i64,
+    pub cached: i64,
+    pub reasoning: Option<i64>,
+}
+
+/// One event as an SDK or integration reports it.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostEventInput {
+    pub provider: String,
+    pub model: String,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_microdollars: i64,
+    #[serde(default)]
+    pub cached_input_tokens: Option<i64>,
+    #[serde(default)]
+    pub reasoning_tokens: Option<i64>,
+    #[serde(default)]
+    pub duration_ms: Option<i64>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub trace_id: Option<String>,
+    #[serde(default)]
+    pub event_type: Option<String>,
+    #[serde(default)]
+    pub tool_name: Option<String>,
+    #[serde(default)]
+    pub tool_server: Option<String>,
+    #[serde(default)]
+    pub tags: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub customer: Option<String>,
+    #[serde(default)]
+    pub cost_breakdown: Option<CostBreakdownInput>,
+    #[serde(default)]
+    pub source: Option<String>,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct BatchInput {
+    pub events: Vec<CostEventInput>,
+}
+
+const EVENT_TYPES: [&str; 3] = ["llm", "tool", "custom"];
+const SOURCES: [&str; 4] = ["sdk", "api", "proxy", "mcp"];
+
+fn len_between(s: &str, min: usize, max: usize) -> bool {
+    let n = s.chars().count();
+    n >= min && n <= max
+}
+
+/// Checks one event; issue paths start with `prefix` (empty for a single event).
+pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
+    let path = |field: &str| -> Vec<String> {
+        prefix.iter().map(|p| (*p).to_owned()).chain(std::iter::once(field.to_owned())).collect()
+    };
+    let mut check = |ok: bool, field: &str, message: &str| {
+        if !ok {
+            let p = path(field);
+            let refs: Vec<&str> = p.iter().map(String::as_str).collect();
+            issues.push(&refs, message);
+        }
+    };
+    check(len_between(&e.provider, 1, 100), "provider", "must be 1 to 100 characters");
+    check(len_between(&e.model, 1, 200), "model", "must be 1 to 200 characters");
+    check(e.input_tokens >= 0, "inputTokens", "must be at least 0");
+    check(e.output_tokens >= 0, "outputTokens", "must be at least 0");
+    check(e.cached_input_tokens.unwrap_or(0) >= 0, "cachedInputTokens", "must be at least 0");
+    check(e.reasoning_tokens.unwrap_or(0) >= 0, "reasoningTokens", "must be at least 0");
+    // A negative cost is how a gate-recorded spend is refunded; nothing else may
+    // lower spend.
+    check(
+        e.cost_microdollars >= 0 || e.provider == "gate",
+        "costMicrodollars",
+        "must be at least 0 (negative amounts refund gate spend only)",
+    );
+    check(e.duration_ms.unwrap_or(0) >= 0, "durationMs", "must be at least 0");
+    check(e.session_id.as_deref().is_none_or(|s| len_between(s, 1, 200)), "sessionId", "must be 1 to 200 characters");
+    check(e.trace_id.as_deref().is_none_or(is_trace_id), "traceId", "must be 32 lowercase hex characters");
+    check(
+        e.event_type.as_deref().is_none_or(|t| EVENT_TYPES.contains(&t)),
+        "eventType",
+        "must be one of llm, tool, custom",
+    );
+    check(e.tool_name.as_deref().is_none_or(|s| len_between(s, 0, 200)), "toolName", "must be at most 200 characters");
+    check(e.tool_server.as_deref().is_none_or(|s| len_between(s, 0, 200)), "toolServer", "must be at most 200 characters");
+    check(e.customer.as_deref().is_none_or(is_customer_id), "customer", "must be 1 to 256 characters of [a-zA-Z0-9._:-]");
+    check(e.source.as_deref().is_none_or(|s| SOURCES.contains(&s)), "source", "must be one of sdk, api, proxy, mcp");
+    check(
+        e.idempotency_key.as_deref().is_none_or(|s| len_between(s, 1, 200)),
+        "idempotencyKey",
+        "must be 1 to 200 characters",
+    );
+    if let Some(b) = &e.cost_breakdown {
+        check(
+            b.input >= 0 && b.output >= 0 && b.cached >= 0 && b.reasoning.unwrap_or(0) >= 0,
+            "costBreakdown",
+            "components must be at least 0",
+        );
+    }
+    if let Some(tags) = &e.tags {
+        let p = path("tags");
+        let mut tag_issues = Issues::new();
+        check_tags(tags, "tags", &mut tag_issues);
+        if !tag_issues.is_empty() {
+            let refs: Vec<&str> = p.iter().map(String::as_str).collect();
+            issues.push(&refs, "tags must have at most 10 keys matching [a-zA-Z0-9_-]{1,64}, values up to 256 characters, and no _svc_ keys");
+        }
+    }
+}
+
+/// The budget entities an event's cost counts against: the key, its user, each
+/// `key=value` tag, and the customer.
+pub fn budget_targets(key: &KeyIdentity, tags: &BTreeMap<String, String>, customer: Option<&str>) -> Vec<BudgetTarget> {
+    let org = &key.org_id;
+    let mut targets = vec![
+        BudgetTarget { org_id: org.clone(), entity_type: "api_key", entity_id: ids::prefixed(ids::API_KEY, &key.key_id) },
+        BudgetTarget { org_id: org.clone(), entity_type: "user", entity_id: ids::prefixed(ids::USER, &key.user_id) },
+    ];
+    for (k, v) in tags.iter().filter(|(k, _)| !k.starts_with(RESERVED_TAG_PREFIX)) {
+        targets.push(BudgetTarget { org_id: org.clone(), entity_type: "tag", entity_id: format!("{k}={v}") });
+    }
+    if let Some(c) = customer {
+        targets.push(BudgetTarget { org_id: org.clone(), entity_type: "customer", entity_id: c.to_owned() });
+    }
+    targets
+}
+
+/// Turns a validated input into the row and its budget targets.
+fn to_new_event(key: &KeyIdentity, e: CostEventInput, request_id: String, now: i64) -> NewCostEvent {
+    let mut tags = key.default_tags.clone();
+    tags.extend(e.tags.unwrap_or_default());
+    let customer = e.customer.or_else(|| tags.get("customer").filter(|c| is_customer_id(c)).cloned());
+    let targets = budget_targets(key, &tags, customer.as_deref());
+    let estimated = tags.contains_key("_svc_estimated");
+    let breakdown = e.cost_breakdown.map(|b| {
+        let mut v = json!({ "input": b.input, "output": b.output, "cached": b.cached });
+        if let Some(r) = b.reasoning {
+            v["reasoning"] = json!(r);
+        }
+        v.to_string()
+    });
+    let row = CostEvent {
+        id: ids::new_id(),
+        org_id: key.org_id.clone(),
+        request_id,
+        api_key_id: Some(key.key_id.clone()),
+        user_id: Some(key.user_id.clone()),
+        provider: e.provider,
+        model: e.model,
+        input_tokens: e.input_tokens,
+        output_tokens: e.output_tokens,
+        cached_input_tokens: e.cached_input_tokens.unwrap_or(0),
+        reasoning_tokens: e.reasoning_tokens.unwrap_or(0),
+        cost_microdollars: e.cost_microdollars,
+        duration_ms: e.duration_ms,
+        upstream_duration_ms: None,
+        session_id: e.session_id,
+        trace_id: e.trace_id,
+        event_type: e.event_type.unwrap_or_else(|| "custom".to_owned()),
+        tool_name: e.tool_name,
+        tool_server: e.tool_server,
+        tags: serde_json::to_string(&tags).unwrap_or_else(|_| "{}".to_owned()),
+        customer_id: customer,
+        cost_breakdown: breakdown,
+        source: e.source.unwrap_or_else(|| "sdk".to_owned()),
+        budget_status: "skipped".to_owned(),
+        action_id: None,
+        estimated,
+        created_at: now,
+    };
+    NewCostEvent { row, tags, targets, outbox: Vec::new() }
+}
+
+fn outcome_json(o: &Outcome) -> (bool, serde_json::Value) {
+    match o {
+        Outcome::Inserted { id, created_at } => {
+            (true, json!({ "id": ids::prefixed(ids::COST_EVENT, id), "createdAt": time::iso(*created_at) }))
+        }
+        Outcome::Duplicate { id, created_at } => {
+            (false, json!({ "id": ids::prefixed(ids::COST_EVENT, id), "createdAt": time::iso(*created_at) }))
+        }
+    }
+}
+
+/// Records one cost event. 201 for a new event; 200 with the original id when the
+/// (requestId, provider) pair was already recorded.
+#[utoipa::path(post, path = "/api/cost-events", tag = "cost-events", request_body = CostEventInput,
+    params(("X-Service-Key" = String, Header, description = "API key"), ("Idempotency-Key" = Option<String>, Header, description = "dedup key")),
+    responses((status = 201, description = "{ data: { id, createdAt } }"), (status = 200, description = "duplicate"),
+        (status = 400), (status = 401), (status = 413), (status = 415), (status = 429)))]
+#[post("/cost-events")]
+pub async fn create_cost_event(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    key: KeyAuth,
+    body: JsonBody<CostEventInput>,
+) -> Result<HttpResponse, ApiError> {
+    let header_key = idempotency::header_key(&req)?;
+    let mut issues = Issues::new();
+    validate(&body.value, &[], &mut issues);
+    issues.finish()?;
+    let key = key.0;
+    let request_id = header_key
+        .clone()
+        .or_else(|| body.value.idempotency_key.clone())
+        .unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::new_v4()));
+    let input = body.value;
+    idempotency::run(&state.pool, header_key, &key.key_hash, "/api/cost-events", &body.raw, || async {
+        let event = to_new_event(&key, input, request_id, time::now_ms());
+        let outcomes = state.writer.commit(vec![event]).await?;
+        let outcome = outcomes.first().ok_or_else(|| ApiError::internal("writer returned no outcome"))?;
+        let (inserted, data) = outcome_json(outcome);
+        Ok((if inserted { StatusCode::CREATED } else { StatusCode::OK }, json!({ "data": data })))
+    })
+    .await
+}
+
+/// Records 1 to 100 events in one transaction. `inserted` counts only new events;
+/// `ids` lists every event's id in order (a duplicate carries the original id).
+#[utoipa::path(post, path = "/api/cost-events/batch", tag = "cost-events", request_body = BatchInput,
+    params(("X-Service-Key" = String, Header, description = "API key")),
+    responses((status = 201, description = "{ inserted, ids }"), (status = 400), (status = 401), (status = 413), (status = 415), (status = 429)))]
+#[post("/cost-events/batch")]
+pub async fn create_cost_event_batch(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    key: KeyAuth,
+    body: JsonBody<BatchInput>,
+) -> Result<HttpResponse, ApiError> {
+    let header_key = idempotency::header_key(&req)?;
+    let mut issues = Issues::new();
+    if body.value.events.is_empty() || body.value.events.len() > MAX_BATCH {
+        issues.push(&["events"], "must contain 1 to 100 events");
+    }
+    for (i, e) in body.value.events.iter().enumerate() {
+        let index = i.to_string();
+        validate(e, &["events", &index], &mut issues);
+    }
+    issues.finish()?;
+    let key = key.0;
+    let inputs = body.value.events;
+    idempotency::run(&state.pool, header_key, &key.key_hash, "/api/cost-events/batch", &body.raw, || async {
+        let now = time::now_ms();
+        let events: Vec<NewCostEvent> = inputs
+            .into_iter()
+            .map(|e| {
+                let request_id =
+                    e.idempotency_key.clone().unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::new_v4()));
+                to_new_event(&key, e, request_id, now)
+            })
+            .collect();
+        let outcomes = state.writer.commit(events).await?;
+        let mut inserted = 0;
+        let mut ids_out = Vec::with_capacity(outcomes.len());
+        for o in &outcomes {
+            let (new, data) = outcome_json(o);
+            inserted += usize::from(new);
+            ids_out.push(data["id"].clone());
+        }
+        Ok((StatusCode::CREATED, json!({ "inserted": inserted, "ids": ids_out })))
+    })
+    .await
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(create_cost_event_batch).service(create_cost_event);
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(create_cost_event, create_cost_event_batch))]
+pub struct ApiDoc;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn input() -> CostEventInput {
+        serde_json::from_value(json!({
+            "provider": "openai", "model": "gpt-4o", "inputTokens": 10, "outputTokens": 5, "costMicrodollars": 42
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn minimal_event_is_valid() {
+        let mut issues = Issues::new();
+        validate(&input(), &[], &mut issues);
+        assert!(issues.is_empty());
+    }
+
+    #[test]
+    fn every_rule_reports_its_path() {
+        let mut e = input();
+        e.provider = String::new();
+        e.cost_microdollars = -1;
+        e.trace_id = Some("ABC".into());
+        e.event_type = Some("other".into());
+        e.session_id = Some("x".repeat(201));
+        let mut issues = Issues::new();
+        validate(&e, &["events", "3"], &mut issues);
+        let err = issues.finish().unwrap_err();
+        let details = err.details.unwrap();
+        let list = details["issues"].as_array().unwrap();
+        assert_eq!(list.len(), 5, "{list:?}");
+        assert_eq!(list[0]["path"], json!(["events", "3", "provider"]));
+    }
+
+    #[test]
+    fn gate_refunds_may_be_negative() {
+        let mut e = input();
+        e.provider = "gate".into();
+        e.cost_microdollars = -500;
+        let mut issues = Issues::new();
+        validate(&e, &[], &mut issues);
+        assert!(issues.is_empty());
+    }
+}

@@ -1,0 +1,280 @@
+//! Cost events: the one transaction that makes an acknowledged event durable
+//! together with its effect on every matched budget and its outbox events.
+
+use std::collections::{BTreeMap, HashMap};
+
+use diesel::{ExpressionMethods, QueryDsl};
+use crate::db::models::{CostEvent, CostEventTag, OutboxEvent};
+use crate::db::schema::{budgets, cost_event_tags, cost_events, event_outbox};
+use crate::db::{DbResult, Pool};
+
+/// Rows per multi-row INSERT: well under both backends' bind-parameter limits
+/// (27 columns × 500 = 13,500).
+const INSERT_CHUNK: usize = 500;
+
+/// A budget entity an event's spend counts against.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BudgetTarget {
+    pub org_id: String,
+    pub entity_type: &'static str,
+    pub entity_id: String,
+}
+
+/// One event to make durable.
+#[derive(Debug, Clone)]
+pub struct NewCostEvent {
+    pub row: CostEvent,
+    /// Every tag of the event (internal `_svc_` ones included), for the tag index.
+    pub tags: BTreeMap<String, String>,
+    /// The budgets its cost is added to.
+    pub targets: Vec<BudgetTarget>,
+    /// Extra outbox events caused by the same request (denials, ...).
+    pub outbox: Vec<OutboxEvent>,
+}
+
+/// What became of one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Inserted { id: String, created_at: i64 },
+    /// The (organization, provider, requestId) pair was already recorded.
+    Duplicate { id: String, created_at: i64 },
+}
+
+/// A budget whose spend moved in a commit, with the threshold crossings it caused.
+#[derive(Debug, Clone)]
+pub struct SpendChange {
+    pub target: BudgetTarget,
+    pub added: i64,
+    pub spend_after: i64,
+}
+
+pub struct CommitResult {
+    pub outcomes: Vec<Outcome>,
+    pub changes: Vec<SpendChange>,
+}
+
+/// Builds an outbox row (the webhook `data.object` is `object`).
+pub fn outbox_event(org_id: &str, event_type: &str, object: serde_json::Value, now: i64) -> OutboxEvent {
+    OutboxEvent {
+        id: uuid::Uuid::new_v4().to_string(),
+        org_id: org_id.to_owned(),
+        event_type: event_type.to_owned(),
+        payload: object.to_string(),
+        created_at: now,
+        dispatched_at: None,
+    }
+}
+
+/// Threshold percentages crossed upward when spend moved from `before` to `after`.
+pub fn crossed_thresholds(thresholds: &[i64], limit: i64, before: i64, after: i64) -> Vec<i64> {
+    let (limit, before, after) = (i128::from(limit), i128::from(before), i128::from(after));
+    thresholds
+        .iter()
+        .copied()
+        .filter(|&p| {
+            let line = limit * i128::from(p);
+            before * 100 < line && after * 100 >= line
+        })
+        .collect()
+}
+
+/// The statements of one commit, written once and expanded for the synchronous
+/// SQLite connection (run whole inside one blocking task, as one IMMEDIATE
+/// transaction: no per-statement thread hops) and for the async PostgreSQL one.
+/// `$($aw)*` is `.await` for the async expansion and nothing for the sync one.
+macro_rules! commit_statements {
+    ($conn:ident, $events:ident, $now:ident, $($aw:tt)*) => {{
+        let mut inserted_ids = std::collections::HashSet::new();
+        for chunk in $events.chunks(INSERT_CHUNK) {
+            let rows: Vec<&CostEvent> = chunk.iter().map(|e| &e.row).collect();
+            let ids: Vec<String> = diesel::insert_into(cost_events::table)
+                .values(rows)
+                .on_conflict((cost_events::org_id, cost_events::provider, cost_events::request_id))
+                .do_nothing()
+                .returning(cost_events::id)
+                .get_results($conn) $($aw)* ?;
+            inserted_ids.extend(ids);
+        }
+        let mut outcomes = Vec::with_capacity($events.len());
+        for e in $events.iter() {
+            if inserted_ids.contains(&e.row.id) {
+                outcomes.push(Outcome::Inserted { id: e.row.id.clone(), created_at: e.row.created_at });
+            } else {
+                let (id, created_at): (String, i64) = cost_events::table
+                    .filter(cost_events::org_id.eq(&e.row.org_id))
+                    .filter(cost_events::provider.eq(&e.row.provider))
+                    .filter(cost_events::request_id.eq(&e.row.request_id))
+                    .select((cost_events::id, cost_events::created_at))
+                    .first($conn) $($aw)* ?;
+                outcomes.push(Outcome::Duplicate { id, created_at });
+            }
+        }
+        let plan = plan_inserted(&$events, &inserted_ids, $now);
+        for chunk in plan.tags.chunks(INSERT_CHUNK * 3) {
+            diesel::insert_into(cost_event_tags::table).values(chunk).on_conflict_do_nothing().execute($conn) $($aw)* ?;
+        }
+        let mut outbox = plan.outbox;
+        let mut changes = Vec::new();
+        for (target, (added, contributions)) in plan.sums {
+            if added == 0 {
+                continue;
+            }
+            let updated: Vec<(i64, i64, String)> = diesel::update(
+                budgets::table
+                    .filter(budgets::org_id.eq(&target.org_id))
+                    .filter(budgets::entity_type.eq(target.entity_type))
+                    .filter(budgets::entity_id.eq(&target.entity_id)),
+            )
+            .set((budgets::spend_microdollars.eq(budgets::spend_microdollars + added), budgets::updated_at.eq($now)))
+            .returning((budgets::spend_microdollars, budgets::max_budget_microdollars, budgets::threshold_percentages))
+            .get_results($conn) $($aw)* ?;
+            for (spend_after, limit, thresholds) in updated {
+                outbox.extend(threshold_events(&target, &contributions, spend_after - added, limit, &thresholds, $now));
+                changes.push(SpendChange { target: target.clone(), added, spend_after });
+            }
+        }
+        for chunk in outbox.chunks(INSERT_CHUNK) {
+            diesel::insert_into(event_outbox::table).values(chunk).execute($conn) $($aw)* ?;
+        }
+        Ok::<_, diesel::result::Error>(CommitResult { outcomes, changes })
+    }};
+}
+
+/// Commits a batch of events in ONE transaction: inserts the new ones (duplicates
+/// on (org, provider, requestId) are skipped and reported with the original id),
+/// indexes their tags, adds their cost to every matched budget, and writes their
+/// `cost_event.created` and threshold events to the outbox.
+pub async fn commit_batch(pool: &Pool, events: std::sync::Arc<Vec<NewCostEvent>>, now: i64) -> DbResult<CommitResult> {
+    match pool {
+        Pool::Sqlite(p) => {
+            let mut conn = p.write().await?;
+            let result = conn
+                .spawn_blocking(move |c| {
+                    use diesel::RunQueryDsl;
+                    c.immediate_transaction(|c| commit_statements!(c, events, now,))
+                })
+                .await?;
+            Ok(result)
+        }
+        Pool::Pg(p) => {
+            let mut conn = p.write().await?;
+            use diesel_async::AsyncConnection;
+            let result = conn
+                .transaction::<_, diesel::result::Error, _>(async |c| {
+                    use diesel_async::RunQueryDsl;
+                    commit_statements!(c, events, now, .await)
+                })
+                .await?;
+            Ok(result)
+        }
+    }
+}
+
+/// What the inserted events of a batch add: tag rows, outbox rows, and the sum
+/// per budget target (with each contribution, in order, for threshold events).
+struct InsertPlan {
+    tags: Vec<CostEventTag>,
+    outbox: Vec<OutboxEvent>,
+    sums: BTreeMap<BudgetTarget, (i64, Vec<(i64, String)>)>,
+}
+
+fn plan_inserted(events: &[NewCostEvent], inserted: &std::collections::HashSet<String>, now: i64) -> InsertPlan {
+    let mut plan = InsertPlan { tags: Vec::new(), outbox: Vec::new(), sums: BTreeMap::new() };
+    for e in events.iter().filter(|e| inserted.contains(&e.row.id)) {
+        for (k, v) in &e.tags {
+            plan.tags.push(CostEventTag {
+                event_id: e.row.id.clone(),
+                org_id: e.row.org_id.clone(),
+                tag_key: k.clone(),
+                tag_value: v.clone(),
+                created_at: e.row.created_at,
+            });
+        }
+        for t in &e.targets {
+            let entry = plan.sums.entry(t.clone()).or_default();
+            entry.0 = entry.0.saturating_add(e.row.cost_microdollars);
+            entry.1.push((e.row.cost_microdollars, e.row.request_id.clone()));
+        }
+        plan.outbox.push(outbox_event(&e.row.org_id, "cost_event.created", cost_event_object(&e.row), now));
+        plan.outbox.extend(e.outbox.iter().cloned());
+    }
+    plan
+}
+
+/// Threshold events for one budget: walks the batch's contributions in order so
+/// each event names the request that actually crossed the line.
+fn threshold_events(
+    target: &BudgetTarget,
+    contributions: &[(i64, String)],
+    spend_before: i64,
+    limit: i64,
+    thresholds_json: &str,
+    now: i64,
+) -> Vec<OutboxEvent> {
+    let thresholds: Vec<i64> = serde_json::from_str(thresholds_json).unwrap_or_default();
+    let mut out = Vec::new();
+    let mut running = spend_before;
+    for (amount, request_id) in contributions {
+        let before = running;
+        running = running.saturating_add(*amount);
+        for p in crossed_thresholds(&thresholds, limit, before, running) {
+            let kind = if p >= 90 { "budget.threshold.critical" } else { "budget.threshold.warning" };
+            out.push(outbox_event(
+                &target.org_id,
+                kind,
+                serde_json::json!({
+                    "budget_entity_type": target.entity_type,
+                    "budget_entity_id": target.entity_id,
+                    "threshold_percent": p,
+                    "budget_spend_microdollars": running,
+                    "budget_limit_microdollars": limit,
+                    "budget_remaining_microdollars": (limit - running).max(0),
+                    "triggered_by_request_id": request_id,
+                }),
+                now,
+            ));
+        }
+    }
+    out
+}
+
+/// The `cost_event.created` webhook object.
+pub fn cost_event_object(e: &CostEvent) -> serde_json::Value {
+    let tags: HashMap<String, String> = serde_json::from_str(&e.tags).unwrap_or_default();
+    serde_json::json!({
+        "request_id": e.request_id,
+        "event_type": e.event_type,
+        "provider": e.provider,
+        "model": e.model,
+        "input_tokens": e.input_tokens,
+        "output_tokens": e.output_tokens,
+        "cached_input_tokens": e.cached_input_tokens,
+        "cost_microdollars": e.cost_microdollars,
+        "duration_ms": e.duration_ms,
+        "upstream_duration_ms": e.upstream_duration_ms,
+        "session_id": e.session_id,
+        "trace_id": e.trace_id,
+        "tool_name": e.tool_name,
+        "tool_server": e.tool_server,
+        "tool_calls_requested": serde_json::Value::Null,
+        "tool_definition_tokens": 0,
+        "api_key_id": e.api_key_id.as_deref().map(|k| crate::util::ids::prefixed(crate::util::ids::API_KEY, k)),
+        "source": e.source,
+        "tags": tags,
+        "created_at": crate::util::time::iso(e.created_at),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crossed_thresholds;
+
+    #[test]
+    fn thresholds_cross_once_upward() {
+        assert_eq!(crossed_thresholds(&[50, 80, 100], 1000, 0, 499), Vec::<i64>::new());
+        assert_eq!(crossed_thresholds(&[50, 80, 100], 1000, 0, 500), vec![50]);
+        assert_eq!(crossed_thresholds(&[50, 80, 100], 1000, 499, 1000), vec![50, 80, 100]);
+        assert_eq!(crossed_thresholds(&[50, 80, 100], 1000, 500, 700), Vec::<i64>::new());
+        assert_eq!(crossed_thresholds(&[50], 1000, 600, 400), Vec::<i64>::new());
+    }
+}

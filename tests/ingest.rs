@@ -1,0 +1,263 @@
+//! Cost-event ingest: validation, dedup, idempotency, batch, budget effects, and
+//! durability across a crash.
+
+use serde_json::json;
+
+use crate::support::{create_key, event, key_client, read, TestApp};
+
+#[tokio::test]
+async fn single_event_is_created_then_deduplicated_on_request_id() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    let sdk = key_client(&app.server.control, &raw);
+
+    let mut body = event(1_234);
+    body["idempotencyKey"] = json!("req-1");
+    let r = sdk.post("/api/cost-events", body.clone()).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["data"]["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("svc_evt_"));
+    assert!(r.body["data"]["createdAt"].as_str().unwrap().ends_with('Z'));
+
+    let again = sdk.post("/api/cost-events", body.clone()).await;
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.body["data"]["id"], json!(id));
+    assert_eq!(again.body["data"]["createdAt"], r.body["data"]["createdAt"]);
+
+    // Same request id with another provider is a different event.
+    body["provider"] = json!("anthropic");
+    assert_eq!(sdk.post("/api/cost-events", body).await.status, 201);
+}
+
+#[tokio::test]
+async fn idempotency_key_header_replays_the_first_response() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    let sdk = key_client(&app.server.control, &raw);
+    let send = |body: serde_json::Value| {
+        let sdk = sdk.clone();
+        async move {
+            read(sdk.request(reqwest::Method::POST, "/api/cost-events").header("Idempotency-Key", "abc").json(&body).send().await.unwrap())
+                .await
+        }
+    };
+    let first = send(event(10)).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    assert!(first.header("x-idempotent-replayed").is_none());
+    let second = send(event(10)).await;
+    assert_eq!(second.status, 201, "{second:?}");
+    assert_eq!(second.header("x-idempotent-replayed"), Some("true"));
+    assert_eq!(second.body, first.body);
+    let conflict = send(event(11)).await;
+    assert_eq!(conflict.status, 409, "{conflict:?}");
+    assert_eq!(conflict.code(), "idempotency_conflict");
+
+    let bad = read(
+        sdk.request(reqwest::Method::POST, "/api/cost-events")
+            .header("Idempotency-Key", "x".repeat(257))
+            .json(&event(1))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.code(), "invalid_idempotency_key");
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_record_one_event() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    let sdk = key_client(&app.server.control, &raw);
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let sdk = sdk.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut body = event(7);
+            body["idempotencyKey"] = json!("same-request");
+            sdk.post("/api/cost-events", body).await
+        }));
+    }
+    let mut created = 0;
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert!(r.status == 201 || r.status == 200, "{r:?}");
+        created += usize::from(r.status == 201);
+        ids.insert(r.body["data"]["id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(created, 1);
+    assert_eq!(ids.len(), 1);
+}
+
+#[tokio::test]
+async fn ingest_validates_auth_type_size_and_fields() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    let sdk = key_client(&app.server.control, &raw);
+
+    let anon = app.control().post("/api/cost-events", event(1)).await;
+    assert_eq!(anon.status, 401);
+    assert_eq!(anon.code(), "authentication_required");
+
+    let r = read(sdk.request(reqwest::Method::POST, "/api/cost-events").header("Content-Type", "text/plain").body("{}").send().await.unwrap()).await;
+    assert_eq!(r.status, 415, "{r:?}");
+    let r = read(sdk.request(reqwest::Method::POST, "/api/cost-events").header("Content-Type", "application/json").body("{").send().await.unwrap()).await;
+    assert_eq!(r.code(), "invalid_json");
+    let big = json!({ "provider": "openai", "model": "x".repeat(1_100_000), "inputTokens": 1, "outputTokens": 1, "costMicrodollars": 1 });
+    let r = sdk.post("/api/cost-events", big).await;
+    assert_eq!(r.status, 413, "{r:?}");
+
+    let mut bad = event(-5);
+    bad["traceId"] = json!("NOT-HEX");
+    bad["tags"] = json!({ "_svc_x": "1" });
+    bad["source"] = json!("carrier-pigeon");
+    let r = sdk.post("/api/cost-events", bad).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.code(), "validation_error");
+    let paths: Vec<String> =
+        r.body["error"]["details"]["issues"].as_array().unwrap().iter().map(|i| i["path"][0].as_str().unwrap().to_owned()).collect();
+    for p in ["costMicrodollars", "traceId", "source", "tags"] {
+        assert!(paths.contains(&p.to_owned()), "{p} missing in {paths:?}");
+    }
+    let r = sdk.post("/api/cost-events", json!({ "provider": "openai" })).await;
+    assert_eq!(r.code(), "validation_error");
+}
+
+#[tokio::test]
+async fn batch_counts_only_new_events() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    let sdk = key_client(&app.server.control, &raw);
+    let mut a = event(100);
+    a["idempotencyKey"] = json!("a");
+    let mut b = event(200);
+    b["idempotencyKey"] = json!("b");
+    let r = sdk.post("/api/cost-events/batch", json!({ "events": [a.clone(), b] })).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(r.body["inserted"], 2);
+    let mut c = event(300);
+    c["idempotencyKey"] = json!("c");
+    let r2 = sdk.post("/api/cost-events/batch", json!({ "events": [a, c] })).await;
+    assert_eq!(r2.body["inserted"], 1, "{r2:?}");
+    assert_eq!(r2.body["ids"][0], r.body["ids"][0]);
+
+    assert_eq!(sdk.post("/api/cost-events/batch", json!({ "events": [] })).await.code(), "validation_error");
+    let many: Vec<_> = (0..101).map(|_| event(1)).collect();
+    assert_eq!(sdk.post("/api/cost-events/batch", json!({ "events": many })).await.code(), "validation_error");
+    let r = sdk.post("/api/cost-events/batch", json!({ "events": [event(1), { "provider": "" }] })).await;
+    assert_eq!(r.code(), "validation_error");
+    assert_eq!(r.body["error"]["details"]["issues"][0]["path"][1], "1", "{r:?}");
+}
+
+#[tokio::test]
+async fn ingested_spend_counts_against_key_user_tag_and_customer_budgets() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (key_id, raw) = create_key(&owner, "sdk").await;
+    let session = owner.get("/api/auth/session").await;
+    let user_id = session.body["data"]["user"]["id"].as_str().unwrap().to_owned();
+    for (t, id) in [("api_key", key_id.as_str()), ("user", user_id.as_str()), ("tag", "team=core"), ("customer", "acme")] {
+        let r = owner
+            .post("/api/budgets", json!({ "entityType": t, "entityId": id, "maxBudgetMicrodollars": 1_000_000 }))
+            .await;
+        assert_eq!(r.status, 201, "{t}: {r:?}");
+    }
+    let sdk = key_client(&app.server.control, &raw);
+    let mut e = event(1_500);
+    e["tags"] = json!({ "team": "core", "customer": "acme" });
+    assert_eq!(sdk.post("/api/cost-events", e).await.status, 201);
+    let mut other = event(250);
+    other["tags"] = json!({ "team": "other" });
+    assert_eq!(sdk.post("/api/cost-events", other).await.status, 201);
+
+    let budgets = owner.get("/api/budgets").await;
+    for b in budgets.body["data"].as_array().unwrap() {
+        let expected = match b["entityType"].as_str().unwrap() {
+            "api_key" | "user" => 1_750,
+            _ => 1_500,
+        };
+        assert_eq!(b["spendMicrodollars"], expected, "{b}");
+    }
+}
+
+/// Kill the server with SIGKILL while clients are ingesting; after a restart every
+/// acknowledged event is present exactly once and the budget's spend equals the sum
+/// of the events that exist.
+#[tokio::test]
+async fn acknowledged_events_survive_a_crash_exactly_once() {
+    let mut app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (key_id, raw) = create_key(&owner, "sdk").await;
+    let r = owner
+        .post("/api/budgets", json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 1_000_000_000 }))
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let sdk = key_client(&app.server.control, &raw);
+
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, i64)>::new()));
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let sdk = sdk.clone();
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10_000 {
+                let cost = 1 + (worker * 7 + i) % 97;
+                let mut body = event(cost);
+                body["idempotencyKey"] = json!(format!("w{worker}-{i}"));
+                let Ok(resp) = sdk.http.post(sdk.url("/api/cost-events")).json(&body).send().await else { break };
+                if resp.status().as_u16() == 201 {
+                    let v: serde_json::Value = resp.json().await.unwrap_or_default();
+                    if let Some(id) = v["data"]["id"].as_str() {
+                        acked.lock().unwrap().push((id.to_owned(), cost));
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    app.server.kill();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 10, "too few acknowledged events before the kill: {}", acked.len());
+
+    app.restart();
+    let owner = app.login("owner@example.com").await;
+    let mut seen = std::collections::HashMap::new();
+    let mut total = 0i64;
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/api/cost-events?limit=100&cursor={}", urlencode(c)),
+            None => "/api/cost-events?limit=100".to_owned(),
+        };
+        let page = owner.get(&path).await;
+        assert_eq!(page.status, 200, "{page:?}");
+        for e in page.body["data"].as_array().unwrap() {
+            *seen.entry(e["id"].as_str().unwrap().to_owned()).or_insert(0) += 1;
+            total += e["costMicrodollars"].as_i64().unwrap();
+        }
+        match page.body["cursor"].as_object() {
+            Some(c) => cursor = Some(serde_json::to_string(c).unwrap()),
+            None => break,
+        }
+    }
+    for (id, _) in &acked {
+        assert_eq!(seen.get(id), Some(&1), "acknowledged event {id} missing or repeated");
+    }
+    let budgets = owner.get("/api/budgets").await;
+    let spend = budgets.body["data"][0]["spendMicrodollars"].as_i64().unwrap();
+    assert_eq!(spend, total, "budget spend must equal the sum of recorded events");
+}
+
+fn urlencode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
