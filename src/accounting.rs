@@ -44,7 +44,10 @@ impl AccountingWriter {
     /// means nothing of this call was committed.
     pub async fn commit(&self, events: Vec<NewCostEvent>) -> Result<Vec<Outcome>, DbError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Job { events, reply }).await.map_err(|_| DbError::unavailable("accounting writer stopped"))?;
+        self.tx
+            .send(Job { events, reply })
+            .await
+            .map_err(|_| DbError::unavailable("accounting writer stopped"))?;
         rx.await.map_err(|_| DbError::unavailable("accounting writer stopped"))?.map_err(DbError::Unavailable)
     }
 }
@@ -91,7 +94,10 @@ async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, on_commit: OnCommit) {
 /// One retry covers a transient lock or a connection dropped by the server; the
 /// transaction either committed whole or not at all, and duplicates are skipped on
 /// (org, provider, requestId), so a retry can never count an event twice.
-async fn commit_with_retry(pool: &Pool, events: std::sync::Arc<Vec<NewCostEvent>>) -> Result<CommitResult, DbError> {
+async fn commit_with_retry(
+    pool: &Pool,
+    events: std::sync::Arc<Vec<NewCostEvent>>,
+) -> Result<CommitResult, DbError> {
     match cost_events::commit_batch(pool, events.clone(), time::now_ms()).await {
         Err(DbError::Unavailable(e)) => {
             tracing::warn!(error = %e, "retrying cost event commit");

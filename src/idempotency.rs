@@ -37,9 +37,10 @@ pub const MAX_KEY_LEN: usize = 256;
 /// The request's `Idempotency-Key`, validated: 1-256 printable ASCII characters.
 pub fn header_key(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     let Some(value) = req.headers().get("idempotency-key") else { return Ok(None) };
-    let key = value.to_str().ok().filter(|k| {
-        !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| (0x20..0x7f).contains(&b))
-    });
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| (0x20..0x7f).contains(&b)));
     match key {
         Some(k) => Ok(Some(k.to_owned())),
         None => Err(ApiError::new(
@@ -91,8 +92,11 @@ where
             ))
         }
         Claim::InProgress => {
-            return Err(ApiError::new(ErrorCode::RequestInProgress, "A request with this Idempotency-Key is still running")
-                .with_header(RETRY_AFTER, "1"))
+            return Err(ApiError::new(
+                ErrorCode::RequestInProgress,
+                "A request with this Idempotency-Key is still running",
+            )
+            .with_header(RETRY_AFTER, "1"))
         }
         Claim::Run => {}
     }

@@ -72,6 +72,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
         .shutdown_timeout(30)
         .bind(config.proxy_addr)?;
         for addr in server.addrs() {
+            let _ = state.proxy_bound.set(addr);
             ready.push(format!("proxy=http://{addr}"));
         }
         servers.push(server.run());

@@ -23,6 +23,8 @@ pub struct Inner {
     pub rate_limits: RateLimiters,
     pub metrics: Metrics,
     pub started_at_ms: i64,
+    /// The proxy listener's bound address (known after bind; port 0 resolves then).
+    pub proxy_bound: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 impl AppState {
@@ -46,7 +48,16 @@ impl AppState {
             rate_limits,
             metrics,
             started_at_ms: crate::util::time::now_ms(),
+            proxy_bound: std::sync::OnceLock::new(),
         }))
+    }
+}
+
+impl AppState {
+    /// Where this process's proxy listens: the bound address when this process runs
+    /// the proxy, else the configured one.
+    pub fn proxy_addr(&self) -> std::net::SocketAddr {
+        self.proxy_bound.get().copied().unwrap_or(self.config.proxy_addr)
     }
 }
 

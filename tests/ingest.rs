@@ -39,8 +39,15 @@ async fn idempotency_key_header_replays_the_first_response() {
     let send = |body: serde_json::Value| {
         let sdk = sdk.clone();
         async move {
-            read(sdk.request(reqwest::Method::POST, "/api/cost-events").header("Idempotency-Key", "abc").json(&body).send().await.unwrap())
-                .await
+            read(
+                sdk.request(reqwest::Method::POST, "/api/cost-events")
+                    .header("Idempotency-Key", "abc")
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await
         }
     };
     let first = send(event(10)).await;
@@ -105,9 +112,25 @@ async fn ingest_validates_auth_type_size_and_fields() {
     assert_eq!(anon.status, 401);
     assert_eq!(anon.code(), "authentication_required");
 
-    let r = read(sdk.request(reqwest::Method::POST, "/api/cost-events").header("Content-Type", "text/plain").body("{}").send().await.unwrap()).await;
+    let r = read(
+        sdk.request(reqwest::Method::POST, "/api/cost-events")
+            .header("Content-Type", "text/plain")
+            .body("{}")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.status, 415, "{r:?}");
-    let r = read(sdk.request(reqwest::Method::POST, "/api/cost-events").header("Content-Type", "application/json").body("{").send().await.unwrap()).await;
+    let r = read(
+        sdk.request(reqwest::Method::POST, "/api/cost-events")
+            .header("Content-Type", "application/json")
+            .body("{")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.code(), "invalid_json");
     let big = json!({ "provider": "openai", "model": "x".repeat(1_100_000), "inputTokens": 1, "outputTokens": 1, "costMicrodollars": 1 });
     let r = sdk.post("/api/cost-events", big).await;
@@ -120,8 +143,12 @@ async fn ingest_validates_auth_type_size_and_fields() {
     let r = sdk.post("/api/cost-events", bad).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.code(), "validation_error");
-    let paths: Vec<String> =
-        r.body["error"]["details"]["issues"].as_array().unwrap().iter().map(|i| i["path"][0].as_str().unwrap().to_owned()).collect();
+    let paths: Vec<String> = r.body["error"]["details"]["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["path"][0].as_str().unwrap().to_owned())
+        .collect();
     for p in ["costMicrodollars", "traceId", "source", "tags"] {
         assert!(paths.contains(&p.to_owned()), "{p} missing in {paths:?}");
     }
@@ -150,7 +177,10 @@ async fn batch_counts_only_new_events() {
 
     assert_eq!(sdk.post("/api/cost-events/batch", json!({ "events": [] })).await.code(), "validation_error");
     let many: Vec<_> = (0..101).map(|_| event(1)).collect();
-    assert_eq!(sdk.post("/api/cost-events/batch", json!({ "events": many })).await.code(), "validation_error");
+    assert_eq!(
+        sdk.post("/api/cost-events/batch", json!({ "events": many })).await.code(),
+        "validation_error"
+    );
     let r = sdk.post("/api/cost-events/batch", json!({ "events": [event(1), { "provider": "" }] })).await;
     assert_eq!(r.code(), "validation_error");
     assert_eq!(r.body["error"]["details"]["issues"][0]["path"][1], "1", "{r:?}");
@@ -163,9 +193,14 @@ async fn ingested_spend_counts_against_key_user_tag_and_customer_budgets() {
     let (key_id, raw) = create_key(&owner, "sdk").await;
     let session = owner.get("/api/auth/session").await;
     let user_id = session.body["data"]["user"]["id"].as_str().unwrap().to_owned();
-    for (t, id) in [("api_key", key_id.as_str()), ("user", user_id.as_str()), ("tag", "team=core"), ("customer", "acme")] {
+    for (t, id) in
+        [("api_key", key_id.as_str()), ("user", user_id.as_str()), ("tag", "team=core"), ("customer", "acme")]
+    {
         let r = owner
-            .post("/api/budgets", json!({ "entityType": t, "entityId": id, "maxBudgetMicrodollars": 1_000_000 }))
+            .post(
+                "/api/budgets",
+                json!({ "entityType": t, "entityId": id, "maxBudgetMicrodollars": 1_000_000 }),
+            )
             .await;
         assert_eq!(r.status, 201, "{t}: {r:?}");
     }
@@ -196,7 +231,10 @@ async fn acknowledged_events_survive_a_crash_exactly_once() {
     let owner = app.owner().await;
     let (key_id, raw) = create_key(&owner, "sdk").await;
     let r = owner
-        .post("/api/budgets", json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 1_000_000_000 }))
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 1_000_000_000 }),
+        )
         .await;
     assert_eq!(r.status, 201, "{r:?}");
     let sdk = key_client(&app.server.control, &raw);
@@ -211,7 +249,9 @@ async fn acknowledged_events_survive_a_crash_exactly_once() {
                 let cost = 1 + (worker * 7 + i) % 97;
                 let mut body = event(cost);
                 body["idempotencyKey"] = json!(format!("w{worker}-{i}"));
-                let Ok(resp) = sdk.http.post(sdk.url("/api/cost-events")).json(&body).send().await else { break };
+                let Ok(resp) = sdk.http.post(sdk.url("/api/cost-events")).json(&body).send().await else {
+                    break;
+                };
                 if resp.status().as_u16() == 201 {
                     let v: serde_json::Value = resp.json().await.unwrap_or_default();
                     if let Some(id) = v["data"]["id"].as_str() {

@@ -1,8 +1,6 @@
 //! API keys: create, list, update, revoke, introspect, the tier limit, roles, rate
 //! limiting and organization isolation.
 
-#![expect(clippy::unwrap_used, reason = "a test fails loudly on the first surprise")]
-
 use std::time::Duration;
 
 use serde_json::{json, Value};

@@ -6,9 +6,9 @@
 mod support;
 
 mod auth;
-mod health;
-mod keys;
-mod orgs;
 mod budgets;
 mod cost_events;
+mod health;
 mod ingest;
+mod keys;
+mod orgs;

@@ -74,6 +74,7 @@ CREATE INDEX cost_events_org_key ON cost_events (org_id, api_key_id, created_at)
 CREATE INDEX cost_events_org_session ON cost_events (org_id, session_id, created_at);
 CREATE INDEX cost_events_org_trace ON cost_events (org_id, trace_id);
 CREATE INDEX cost_events_org_customer ON cost_events (org_id, customer_id);
+CREATE INDEX cost_events_org_request ON cost_events (org_id, request_id);
 
 -- One row per tag of an event: portable containment filters and group-by-tag.
 CREATE TABLE cost_event_tags (
@@ -85,6 +86,7 @@ CREATE TABLE cost_event_tags (
     PRIMARY KEY (event_id, tag_key)
 );
 CREATE INDEX cost_event_tags_lookup ON cost_event_tags (org_id, tag_key, tag_value, created_at);
+CREATE INDEX cost_event_tags_recent ON cost_event_tags (org_id, created_at);
 
 -- Webhook events, written in the same transaction as the change that caused them.
 CREATE TABLE event_outbox (

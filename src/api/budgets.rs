@@ -20,7 +20,6 @@ use serde_json::{json, Value};
 use crate::auth::keys::KeyAuth;
 use crate::auth::session::SessionAuth;
 use crate::budgets::EntityRef;
-use crate::config::Config;
 use crate::db::budgets::{SpendFilter, Upserted};
 use crate::db::{self, models::Budget};
 use crate::error::{ApiError, ErrorCode, Issues};
@@ -589,9 +588,9 @@ thread_local! {
 
 /// Asks the proxy (`GET /internal/budget/velocity-state`) for the organization's
 /// velocity state, within [`VELOCITY_POLL_TIMEOUT`] in total.
-async fn fetch_velocity_state(config: &Config, org_id: &str) -> Result<Vec<Value>, String> {
-    let secret = config.internal_secret.as_deref().ok_or("no internal secret is configured")?;
-    let url = format!("http://{}/internal/budget/velocity-state", config.proxy_addr);
+async fn fetch_velocity_state(state: &AppState, org_id: &str) -> Result<Vec<Value>, String> {
+    let secret = state.config.internal_secret.as_deref().ok_or("no internal secret is configured")?;
+    let url = format!("http://{}/internal/budget/velocity-state", state.proxy_addr());
     let client = PROXY_CLIENT.with(Clone::clone);
     let org = ids::prefixed(ids::ORG, org_id);
     let poll = async {
@@ -626,7 +625,7 @@ pub async fn get_velocity_status(
     auth: SessionAuth,
 ) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
-    let velocity_state = fetch_velocity_state(&state.config, &auth.org.id).await.unwrap_or_else(|reason| {
+    let velocity_state = fetch_velocity_state(&state, &auth.org.id).await.unwrap_or_else(|reason| {
         tracing::debug!(%reason, "velocity state unavailable");
         Vec::new()
     });

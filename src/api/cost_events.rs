@@ -1109,6 +1109,7 @@ pub async fn get_attribution_detail(
 ) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
     let raw_key = path.into_inner();
+    // A traversal-shaped key is refused before anything else is looked at.
     check_key_shape(&raw_key)?;
     let q: AttributionDetailQuery = query(&req)?;
     let group_by = GroupBy::parse(q.group_by.as_deref())?;

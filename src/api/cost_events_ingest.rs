@@ -107,17 +107,37 @@ pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
         "must be at least 0 (negative amounts refund gate spend only)",
     );
     check(e.duration_ms.unwrap_or(0) >= 0, "durationMs", "must be at least 0");
-    check(e.session_id.as_deref().is_none_or(|s| len_between(s, 1, 200)), "sessionId", "must be 1 to 200 characters");
+    check(
+        e.session_id.as_deref().is_none_or(|s| len_between(s, 1, 200)),
+        "sessionId",
+        "must be 1 to 200 characters",
+    );
     check(e.trace_id.as_deref().is_none_or(is_trace_id), "traceId", "must be 32 lowercase hex characters");
     check(
         e.event_type.as_deref().is_none_or(|t| EVENT_TYPES.contains(&t)),
         "eventType",
         "must be one of llm, tool, custom",
     );
-    check(e.tool_name.as_deref().is_none_or(|s| len_between(s, 0, 200)), "toolName", "must be at most 200 characters");
-    check(e.tool_server.as_deref().is_none_or(|s| len_between(s, 0, 200)), "toolServer", "must be at most 200 characters");
-    check(e.customer.as_deref().is_none_or(is_customer_id), "customer", "must be 1 to 256 characters of [a-zA-Z0-9._:-]");
-    check(e.source.as_deref().is_none_or(|s| SOURCES.contains(&s)), "source", "must be one of sdk, api, proxy, mcp");
+    check(
+        e.tool_name.as_deref().is_none_or(|s| len_between(s, 0, 200)),
+        "toolName",
+        "must be at most 200 characters",
+    );
+    check(
+        e.tool_server.as_deref().is_none_or(|s| len_between(s, 0, 200)),
+        "toolServer",
+        "must be at most 200 characters",
+    );
+    check(
+        e.customer.as_deref().is_none_or(is_customer_id),
+        "customer",
+        "must be 1 to 256 characters of [a-zA-Z0-9._:-]",
+    );
+    check(
+        e.source.as_deref().is_none_or(|s| SOURCES.contains(&s)),
+        "source",
+        "must be one of sdk, api, proxy, mcp",
+    );
     check(
         e.idempotency_key.as_deref().is_none_or(|s| len_between(s, 1, 200)),
         "idempotencyKey",
@@ -143,11 +163,23 @@ pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
 
 /// The budget entities an event's cost counts against: the key, its user, each
 /// `key=value` tag, and the customer.
-pub fn budget_targets(key: &KeyIdentity, tags: &BTreeMap<String, String>, customer: Option<&str>) -> Vec<BudgetTarget> {
+pub fn budget_targets(
+    key: &KeyIdentity,
+    tags: &BTreeMap<String, String>,
+    customer: Option<&str>,
+) -> Vec<BudgetTarget> {
     let org = &key.org_id;
     let mut targets = vec![
-        BudgetTarget { org_id: org.clone(), entity_type: "api_key", entity_id: ids::prefixed(ids::API_KEY, &key.key_id) },
-        BudgetTarget { org_id: org.clone(), entity_type: "user", entity_id: ids::prefixed(ids::USER, &key.user_id) },
+        BudgetTarget {
+            org_id: org.clone(),
+            entity_type: "api_key",
+            entity_id: ids::prefixed(ids::API_KEY, &key.key_id),
+        },
+        BudgetTarget {
+            org_id: org.clone(),
+            entity_type: "user",
+            entity_id: ids::prefixed(ids::USER, &key.user_id),
+        },
     ];
     for (k, v) in tags.iter().filter(|(k, _)| !k.starts_with(RESERVED_TAG_PREFIX)) {
         targets.push(BudgetTarget { org_id: org.clone(), entity_type: "tag", entity_id: format!("{k}={v}") });

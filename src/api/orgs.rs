@@ -238,12 +238,12 @@ pub struct PageQuery {
 /// A JSON body whose failure is handed to the handler instead of failing the
 /// extraction.
 ///
-/// actix polls a handler's extractors together and, on the first error, drops the
-/// others mid-flight. A malformed body would then drop the session extractor while
-/// its SQLite query runs on a blocking thread, and diesel-async's guard for that
-/// case panics on actix's current-thread runtime, killing the worker. Taking the
-/// body as a `Result` lets every extractor finish; the handler applies `?` once the
-/// caller's access is known, so non-members see 404 whatever they send.
+/// actix polls a handler's extractors together and answers with the first error,
+/// so a bad body would win over the session and membership checks. Taking the body
+/// as a `Result` lets the handler check access first and apply `?` after: a
+/// non-member gets 404 whatever it sends, and nothing about the body's rules leaks
+/// to callers without access. (It also kept in-flight session queries from being
+/// dropped, which panicked actix workers on SQLite before `db::DetachedBlocking`.)
 type Body<T> = Result<JsonBody<T>, ApiError>;
 
 /// Parses the query string into `T`, answering in the error envelope (actix's own
@@ -285,6 +285,8 @@ fn assignable_role(raw: &str) -> Result<Role, &'static str> {
     }
 }
 
+/// Checks an optional upgrade URL (an absolute http(s) URL), recording an issue
+/// under `path` when it is not one; returns it trimmed.
 fn check_url(value: &Option<String>, path: &str, issues: &mut Issues) -> Option<String> {
     let raw = value.as_deref()?;
     let trimmed = raw.trim();
@@ -296,6 +298,8 @@ fn check_url(value: &Option<String>, path: &str, issues: &mut Issues) -> Option<
     Some(trimmed.to_owned())
 }
 
+/// A deliberately loose address check (`local@domain.tld`): the invitation itself
+/// proves the address, by being accepted from an account with that email.
 fn is_email(email: &str) -> bool {
     email.len() <= MAX_EMAIL_LEN
         && !email.contains(char::is_whitespace)
@@ -594,6 +598,8 @@ pub async fn remove_member(
     if !removed {
         return Err(stale());
     }
+    // The departed member's keys were revoked with the membership.
+    state.keys.invalidate_all();
     Ok(HttpResponse::Ok()
         .json(json!({ "data": { "userId": ids::prefixed(ids::USER, &target_id), "removed": true } })))
 }
@@ -631,6 +637,7 @@ pub async fn leave_org(
     if !left {
         return Err(stale());
     }
+    state.keys.invalidate_all();
     Ok(HttpResponse::Ok()
         .json(json!({ "data": { "orgId": ids::prefixed(ids::ORG, &org.id), "left": true } })))
 }

@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use diesel::{ExpressionMethods, QueryDsl};
 use crate::db::models::{CostEvent, CostEventTag, OutboxEvent};
 use crate::db::schema::{budgets, cost_event_tags, cost_events, event_outbox};
 use crate::db::{DbResult, Pool};
+use diesel::{ExpressionMethods, QueryDsl};
 
 /// Rows per multi-row INSERT: well under both backends' bind-parameter limits
 /// (27 columns × 500 = 13,500).
@@ -35,9 +35,15 @@ pub struct NewCostEvent {
 /// What became of one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Inserted { id: String, created_at: i64 },
+    Inserted {
+        id: String,
+        created_at: i64,
+    },
     /// The (organization, provider, requestId) pair was already recorded.
-    Duplicate { id: String, created_at: i64 },
+    Duplicate {
+        id: String,
+        created_at: i64,
+    },
 }
 
 /// A budget whose spend moved in a commit, with the threshold crossings it caused.
@@ -144,7 +150,11 @@ macro_rules! commit_statements {
 /// on (org, provider, requestId) are skipped and reported with the original id),
 /// indexes their tags, adds their cost to every matched budget, and writes their
 /// `cost_event.created` and threshold events to the outbox.
-pub async fn commit_batch(pool: &Pool, events: std::sync::Arc<Vec<NewCostEvent>>, now: i64) -> DbResult<CommitResult> {
+pub async fn commit_batch(
+    pool: &Pool,
+    events: std::sync::Arc<Vec<NewCostEvent>>,
+    now: i64,
+) -> DbResult<CommitResult> {
     match pool {
         Pool::Sqlite(p) => {
             let mut conn = p.write().await?;
@@ -178,7 +188,11 @@ struct InsertPlan {
     sums: BTreeMap<BudgetTarget, (i64, Vec<(i64, String)>)>,
 }
 
-fn plan_inserted(events: &[NewCostEvent], inserted: &std::collections::HashSet<String>, now: i64) -> InsertPlan {
+fn plan_inserted(
+    events: &[NewCostEvent],
+    inserted: &std::collections::HashSet<String>,
+    now: i64,
+) -> InsertPlan {
     let mut plan = InsertPlan { tags: Vec::new(), outbox: Vec::new(), sums: BTreeMap::new() };
     for e in events.iter().filter(|e| inserted.contains(&e.row.id)) {
         for (k, v) in &e.tags {

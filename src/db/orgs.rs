@@ -11,7 +11,9 @@ use serde_json::json;
 
 use crate::db::audit::{self, actions, resources, Entry};
 use crate::db::models::{Invitation, Membership, Organization, User};
-use crate::db::schema::{api_keys, budgets, invitations, memberships, organizations, sessions, users};
+use crate::db::schema::{
+    api_keys, budget_reservations, budgets, invitations, memberships, organizations, sessions, users,
+};
 use crate::db::{DbError, DbResult, Pool};
 use crate::plans::Role;
 use crate::util::ids;
@@ -245,6 +247,12 @@ pub async fn delete_org(pool: &Pool, org_id: &str, actor_id: &str, now: i64) -> 
         .set(api_keys::revoked_at.eq(Some(now)))
         .execute(conn)
         .await?;
+        // Budgets die with their organization; cost events stay as history.
+        let budget_ids = budgets::table.filter(budgets::org_id.eq(org_id)).select(budgets::id);
+        diesel::delete(budget_reservations::table.filter(budget_reservations::budget_id.eq_any(budget_ids)))
+            .execute(conn)
+            .await?;
+        diesel::delete(budgets::table.filter(budgets::org_id.eq(org_id))).execute(conn).await?;
         let deleted = diesel::delete(organizations::table.find(org_id)).execute(conn).await?;
         if deleted == 0 {
             return Err(DbError::NotFound);
@@ -385,6 +393,17 @@ pub async fn remove_member(
         if removed == 0 {
             return Ok(false);
         }
+        // A member who leaves takes no access along: their keys in this
+        // organization stop working.
+        diesel::update(
+            api_keys::table
+                .filter(api_keys::org_id.eq(org_id))
+                .filter(api_keys::user_id.eq(user_id))
+                .filter(api_keys::revoked_at.is_null()),
+        )
+        .set(api_keys::revoked_at.eq(Some(now)))
+        .execute(conn)
+        .await?;
         diesel::update(
             sessions::table.filter(sessions::user_id.eq(user_id)).filter(sessions::org_id.eq(org_id)),
         )

@@ -92,8 +92,11 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
                 })
                 .collect();
             let inner = err.into_inner();
+            // A shape error may hide a later syntax error (`{} x`): only a body that
+            // is valid JSON as a whole gets a validation error.
+            let syntactically_valid = serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
             match inner.classify() {
-                serde_json::error::Category::Data => {
+                serde_json::error::Category::Data if syntactically_valid => {
                     Err(ApiError::validation(vec![Issue { path, message: clean_serde_message(&inner) }]))
                 }
                 _ => Err(ApiError::new(ErrorCode::InvalidJson, "Request body is not valid JSON")),

@@ -1,0 +1,160 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::cast_precision_loss,
+    reason = "a benchmark harness fails loudly"
+)]
+//! Batch ingest over HTTP: starts the release `spendgate` binary on a fresh SQLite
+//! file (and on PostgreSQL when it answers at 127.0.0.1:5432), then drives
+//! `POST /api/cost-events/batch` with 100-event batches from concurrent clients
+//! and reports events per second. Reported, not asserted.
+//!
+//! Run: `cargo bench --bench ingest` (env `INGEST_SECONDS`, default 5;
+//! `INGEST_CLIENTS`, default 8).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+struct Server(std::process::Child, String);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(db_url: &str) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spendgate"))
+        .arg("serve")
+        .env("SPENDGATE_DATABASE_URL", db_url)
+        .env("SPENDGATE_CONTROL_ADDR", "127.0.0.1:0")
+        .env("SPENDGATE_PROXY_ADDR", "127.0.0.1:0")
+        .env("SPENDGATE_DEV", "1")
+        .env("SPENDGATE_DEFAULT_PLAN", "enterprise")
+        .env("SPENDGATE_RATE_LIMIT_KEY_PER_MINUTE", "0")
+        .env("SPENDGATE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn spendgate");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("ready line");
+    let control =
+        line.split_whitespace().find_map(|p| p.strip_prefix("control=")).expect("control address").to_owned();
+    Server(child, control)
+}
+
+async fn run(label: &str, db_url: &str, seconds: u64, clients: usize) {
+    let server = start(db_url);
+    let base = server.1.clone();
+    let http = reqwest::Client::builder().cookie_store(true).build().expect("client");
+    let r = http
+        .post(format!("{base}/api/auth/signup"))
+        .json(&json!({ "email": "bench@example.com", "password": "bench-password" }))
+        .send()
+        .await
+        .expect("signup");
+    assert!(r.status().is_success());
+    let key: Value = http
+        .post(format!("{base}/api/keys"))
+        .json(&json!({ "name": "bench" }))
+        .send()
+        .await
+        .expect("key")
+        .json()
+        .await
+        .expect("json");
+    let raw = key["data"]["rawKey"].as_str().expect("raw key").to_owned();
+    let kid = key["data"]["id"].as_str().expect("key id").to_owned();
+    http.post(format!("{base}/api/budgets"))
+        .json(&json!({ "entityType": "api_key", "entityId": kid, "maxBudgetMicrodollars": 1_000_000_000_000i64 }))
+        .send()
+        .await
+        .expect("budget");
+
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let base = base.clone();
+        let raw = raw.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut sent = 0u64;
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                let events: Vec<Value> = (0..100)
+                    .map(|i| {
+                        n += 1;
+                        json!({ "provider": "openai", "model": "gpt-4o-mini", "inputTokens": 1200, "outputTokens": 300,
+                                "costMicrodollars": 450 + i, "idempotencyKey": format!("c{c}-{n}"),
+                                "tags": { "team": "bench", "feature": format!("f{}", i % 5) } })
+                    })
+                    .collect();
+                let resp = client
+                    .post(format!("{base}/api/cost-events/batch"))
+                    .header("x-service-key", &raw)
+                    .json(&json!({ "events": events }))
+                    .send()
+                    .await;
+                match resp {
+                    Ok(r) if r.status().as_u16() == 201 => sent += 100,
+                    Ok(r) => panic!("unexpected status {}", r.status()),
+                    Err(e) => panic!("request failed: {e}"),
+                }
+            }
+            sent
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("client task");
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "{label:<10} {total:>9} events in {elapsed:.2} s = {:>9.0} events/s ({clients} clients, 100/batch)",
+        total as f64 / elapsed
+    );
+}
+
+fn pg_available() -> bool {
+    std::net::TcpStream::connect_timeout(&"127.0.0.1:5432".parse().expect("addr"), Duration::from_millis(300))
+        .is_ok()
+}
+
+fn main() {
+    let seconds = std::env::var("INGEST_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let clients = std::env::var("INGEST_CLIENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        run("sqlite", &format!("sqlite://{}", dir.path().join("bench.db").display()), seconds, clients).await;
+        if pg_available() {
+            let name = format!("sg_bench_{}", std::process::id());
+            let created = Command::new("psql")
+                .args(["-h", "127.0.0.1", "-U", "postgres", "-qc", &format!("CREATE DATABASE {name}")])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if created {
+                run("postgres", &format!("postgres://postgres@127.0.0.1:5432/{name}"), seconds, clients)
+                    .await;
+                let _ = Command::new("psql")
+                    .args([
+                        "-h",
+                        "127.0.0.1",
+                        "-U",
+                        "postgres",
+                        "-qc",
+                        &format!("DROP DATABASE {name} WITH (FORCE)"),
+                    ])
+                    .status();
+            }
+        }
+    });
+}
