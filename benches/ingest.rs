@@ -36,7 +36,7 @@ fn start(db_url: &str) -> Server {
         .env("SPENDGATE_DEV", "1")
         .env("SPENDGATE_DEFAULT_PLAN", "enterprise")
         .env("SPENDGATE_RATE_LIMIT_KEY_PER_MINUTE", "0")
-        .env("SPENDGATE_LOG", "warn")
+        .env("SPENDGATE_LOG", std::env::var("INGEST_LOG").unwrap_or_else(|_| "warn".to_owned()))
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn spendgate");

@@ -73,8 +73,15 @@ async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, on_commit: OnCommit) {
             events.extend(job.events);
             replies.push(job.reply);
         }
+        let started = std::time::Instant::now();
         match commit_with_retry(&pool, std::sync::Arc::new(events)).await {
             Ok(CommitResult { outcomes, changes }) => {
+                tracing::debug!(
+                    events = count,
+                    jobs = sizes.len(),
+                    micros = started.elapsed().as_micros(),
+                    "committed"
+                );
                 on_commit(&changes);
                 let mut outcomes = outcomes.into_iter();
                 for (size, reply) in sizes.into_iter().zip(replies) {

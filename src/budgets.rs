@@ -1,9 +1,21 @@
 //! The budget service: the bridge between HTTP handlers and the budget actors.
-//! Handlers never reach actors directly; they call this.
+//! Handlers never reach actors directly; they call this. Storage for the actors
+//! (`DbBudgetStore`) reads budget rows through the same pool as everything else.
 
+use std::sync::Arc;
+
+use actors::budget::{BudgetConfig, EntityType, LoopConfig, Policy, ResetInterval, VelocityConfig};
+use actors::registry::{BudgetRegistry, RegistryConfig};
+use actors::store::{BudgetStore, EntityKey, StoreError, StoredBudget};
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
 use serde_json::Value;
 
-/// One budget entity as the actors know it.
+use crate::db::cost_events::SpendChange;
+use crate::db::models::Budget;
+use crate::db::Pool;
+
+/// One budget entity as the control plane names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EntityRef {
     pub org_id: String,
@@ -11,29 +23,133 @@ pub struct EntityRef {
     pub entity_id: String,
 }
 
-/// Handle to the budget actors (wired in the accounting work).
-#[derive(Clone, Default)]
-pub struct BudgetService {}
+impl EntityRef {
+    fn key(&self) -> Option<EntityKey> {
+        let entity_type: EntityType = self.entity_type.parse().ok()?;
+        Some(EntityKey::new(self.org_id.clone(), entity_type, self.entity_id.clone()))
+    }
+}
+
+/// Turns a budget row into the rules' configuration. Unset loop settings take the
+/// system defaults (50 calls, 60 s window, 5 aggregate keys).
+pub fn config_of(row: &Budget) -> BudgetConfig {
+    let secs = |s: Option<i64>| s.map(|v| v.saturating_mul(1000));
+    let velocity = row.velocity_limit_microdollars.map(|limit| VelocityConfig {
+        limit,
+        window_ms: secs(row.velocity_window_seconds).unwrap_or(60_000),
+        cooldown_ms: secs(row.velocity_cooldown_seconds).unwrap_or(60_000),
+    });
+    let defaults = LoopConfig::default();
+    let loop_detection = LoopConfig {
+        max_calls: row.loop_max_calls.and_then(|v| u32::try_from(v).ok()).unwrap_or(defaults.max_calls),
+        window_ms: secs(row.loop_window_seconds).unwrap_or(defaults.window_ms),
+        aggregate_max_keys: row
+            .loop_aggregate_max_keys
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(defaults.aggregate_max_keys),
+    };
+    BudgetConfig {
+        limit: row.max_budget_microdollars,
+        policy: row.policy.parse().unwrap_or(Policy::StrictBlock),
+        reset_interval: row.reset_interval.as_deref().and_then(|r| r.parse::<ResetInterval>().ok()),
+        thresholds: serde_json::from_str::<Vec<u8>>(&row.threshold_percentages).unwrap_or_default(),
+        velocity,
+        session_limit: row.session_limit_microdollars,
+        finalization_reserve: row.finalization_reserve_microdollars.unwrap_or(0),
+        loop_detection,
+    }
+}
+
+/// The actors' view of storage.
+pub struct DbBudgetStore {
+    pool: Pool,
+}
+
+impl BudgetStore for DbBudgetStore {
+    fn load(&self, key: &EntityKey) -> BoxFuture<'static, Result<Option<StoredBudget>, StoreError>> {
+        let pool = self.pool.clone();
+        let key = key.clone();
+        async move {
+            let row = crate::db::budgets::find_by_entity(
+                &pool,
+                &key.org_id,
+                key.entity_type.as_str(),
+                &key.entity_id,
+            )
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            Ok(row.map(|row| StoredBudget {
+                budget_id: row.id.clone(),
+                config: config_of(&row),
+                spend: row.spend_microdollars,
+                period_start: row.current_period_start,
+            }))
+        }
+        .boxed()
+    }
+}
+
+/// Handle to the budget actors.
+#[derive(Clone)]
+pub struct BudgetService {
+    registry: Arc<BudgetRegistry>,
+}
 
 impl BudgetService {
-    pub fn new() -> Self {
-        Self {}
+    /// Starts the registry (its arbiter threads). Must run inside the actix system.
+    pub fn start(pool: Pool, config: RegistryConfig) -> Result<Self, String> {
+        let store = Arc::new(DbBudgetStore { pool });
+        let registry = BudgetRegistry::new(config, store, None).map_err(|e| e.to_string())?;
+        Ok(Self { registry: Arc::new(registry) })
     }
 
-    /// A budget row changed (upsert, reset, delete): the live actor reloads it from
-    /// storage before its next decision.
-    pub fn invalidate(&self, _entity: &EntityRef) {}
+    pub fn registry(&self) -> &BudgetRegistry {
+        &self.registry
+    }
 
-    /// Spend committed by the accounting writer: live actors add it to their view.
-    pub fn spend_committed(&self, _changes: &[crate::db::cost_events::SpendChange]) {}
+    /// A budget row changed (upsert, reset, delete): a live actor re-reads it before
+    /// its next decision, keeping its in-flight reservations.
+    pub async fn invalidate(&self, entity: &EntityRef) {
+        if let Some(key) = entity.key() {
+            if let Err(e) = self.registry.invalidate(&key).await {
+                tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
+            }
+        }
+    }
 
     /// Reservations currently held in memory for an entity (0 when none is live).
-    pub fn reserved(&self, _entity: &EntityRef) -> i64 {
-        0
+    pub async fn reserved(&self, entity: &EntityRef) -> i64 {
+        match entity.key() {
+            Some(key) => self.registry.snapshot_if_live(&key).await.map_or(0, |s| s.reserved),
+            None => 0,
+        }
     }
 
     /// Live velocity windows and breaker states of an organization's entities.
-    pub fn velocity_state(&self, _org_id: &str) -> Vec<Value> {
-        Vec::new()
+    pub async fn velocity_state(&self, org_id: &str) -> Vec<Value> {
+        self.registry.velocity_state(org_id).await
+    }
+
+    /// Spend committed by the accounting writer without a reservation (SDK cost
+    /// events): live actors count it; others read it from storage when they start.
+    pub fn spend_committed(&self, changes: &[SpendChange]) {
+        let registry = self.registry.clone();
+        let keys: Vec<(EntityKey, i64)> = changes
+            .iter()
+            .filter_map(|c| {
+                let t: EntityType = c.target.entity_type.parse().ok()?;
+                Some((EntityKey::new(c.target.org_id.clone(), t, c.target.entity_id.clone()), c.added))
+            })
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        let now = crate::util::time::now_ms();
+        // The writer task is a plain tokio task (no actix local set): spawn likewise.
+        tokio::spawn(async move {
+            for (key, added) in keys {
+                registry.record_spend(std::slice::from_ref(&key), added, None, now).await;
+            }
+        });
     }
 }

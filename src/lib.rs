@@ -45,7 +45,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     }
     let pool =
         db::Pool::connect(&config.database_url, config.db_max_connections).map_err(io::Error::other)?;
-    let state = AppState::new(config.clone(), pool);
+    let state = AppState::new(config.clone(), pool).map_err(io::Error::other)?;
     let workers = config.workers;
 
     let mut servers = Vec::new();

@@ -28,9 +28,20 @@ pub struct Inner {
 }
 
 impl AppState {
-    pub fn new(config: Config, pool: Pool) -> Self {
+    /// Builds the state and starts the background parts (accounting writer, budget
+    /// actors). Must run inside the actix system.
+    pub fn new(config: Config, pool: Pool) -> Result<Self, String> {
         let metrics = Metrics::new();
-        let budgets = BudgetService::new();
+        let budgets = BudgetService::start(
+            pool.clone(),
+            actors::registry::RegistryConfig {
+                arbiters: config.arbiters,
+                mailbox_capacity: config.mailbox_capacity,
+                idle_timeout: config.actor_idle_timeout,
+                restart_backoff: config.actor_restart_backoff,
+                ..actors::registry::RegistryConfig::default()
+            },
+        )?;
         let on_commit = {
             let budgets = budgets.clone();
             Box::new(move |changes: &[crate::db::cost_events::SpendChange]| budgets.spend_committed(changes))
@@ -39,7 +50,7 @@ impl AppState {
         let keys = KeyValidator::new(pool.clone());
         let rate_limits =
             RateLimiters::new(config.rate_limit_ip_per_minute, config.rate_limit_key_per_minute);
-        AppState(Arc::new(Inner {
+        Ok(AppState(Arc::new(Inner {
             config,
             pool,
             keys,
@@ -49,7 +60,7 @@ impl AppState {
             metrics,
             started_at_ms: crate::util::time::now_ms(),
             proxy_bound: std::sync::OnceLock::new(),
-        }))
+        })))
     }
 }
 

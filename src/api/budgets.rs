@@ -493,7 +493,7 @@ pub async fn upsert_budget(
             .with_details(json!({ "limit": limits.budgets, "plan": plan.as_str() })))
         }
     };
-    state.budgets.invalidate(&entity_ref(&saved));
+    state.budgets.invalidate(&entity_ref(&saved)).await;
     Ok(HttpResponse::Created().json(BudgetView::new(&saved, UnsetReserve::Null)))
 }
 
@@ -515,7 +515,7 @@ pub async fn delete_budget(
     let deleted = db::budgets::delete(&state.pool, &auth.org.id, &id)
         .await?
         .ok_or_else(|| ApiError::not_found("Budget"))?;
-    state.budgets.invalidate(&entity_ref(&deleted));
+    state.budgets.invalidate(&entity_ref(&deleted)).await;
     Ok(HttpResponse::Ok().json(DeletedBudget { deleted: true }))
 }
 
@@ -538,7 +538,7 @@ pub async fn reset_budget(
     let reset = db::budgets::reset(&state.pool, &auth.org.id, &id, time::now_ms())
         .await?
         .ok_or_else(|| ApiError::not_found("Budget"))?;
-    state.budgets.invalidate(&entity_ref(&reset));
+    state.budgets.invalidate(&entity_ref(&reset)).await;
     Ok(HttpResponse::Ok().json(BudgetView::new(&reset, UnsetReserve::Zero)))
 }
 
@@ -556,10 +556,15 @@ pub async fn get_budget_status(state: web::Data<AppState>, key: KeyAuth) -> Resu
         (EntityType::ApiKey.as_str(), ids::prefixed(ids::API_KEY, &key.key_id)),
     ];
     let rows = db::budgets::for_entities(&state.pool, &key.org_id, &entities).await?;
+    let mut reserved = Vec::with_capacity(rows.len());
+    for b in &rows {
+        reserved.push(state.budgets.reserved(&entity_ref(b)).await);
+    }
     let entities = rows
         .iter()
-        .map(|b| {
-            let spend = b.spend_microdollars.saturating_add(state.budgets.reserved(&entity_ref(b)));
+        .zip(reserved)
+        .map(|(b, reserved)| {
+            let spend = b.spend_microdollars.saturating_add(reserved);
             EntityStatus {
                 entity_type: b.entity_type.clone(),
                 entity_id: b.entity_id.clone(),

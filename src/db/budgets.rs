@@ -151,6 +151,25 @@ pub async fn for_entities(pool: &Pool, org_id: &str, entities: &[(&str, String)]
 /// Deletes a budget of an organization with its persisted reservations (they would
 /// name a budget that no longer exists). Returns the deleted row, or `None` when the
 /// organization has no such budget.
+/// The budget of one entity, if it has one.
+pub async fn find_by_entity(
+    pool: &Pool,
+    org_id: &str,
+    entity_type: &str,
+    entity_id: &str,
+) -> DbResult<Option<Budget>> {
+    with_conn!(pool, read, |conn| {
+        Ok(budgets::table
+            .filter(budgets::org_id.eq(org_id))
+            .filter(budgets::entity_type.eq(entity_type))
+            .filter(budgets::entity_id.eq(entity_id))
+            .select(Budget::as_select())
+            .first(conn)
+            .await
+            .optional()?)
+    })
+}
+
 pub async fn delete(pool: &Pool, org_id: &str, id: &str) -> DbResult<Option<Budget>> {
     with_tx!(pool, |conn| {
         let deleted: Option<Budget> =

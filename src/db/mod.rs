@@ -197,8 +197,13 @@ fn sqlite_path(url: &str) -> &str {
     url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url)
 }
 
+/// WAL with `synchronous = NORMAL` is durable against process crashes (what an
+/// acknowledged event must survive); a page cache of 64 MiB, memory-mapped reads and
+/// in-memory temp storage keep group commits from spilling and re-reading pages
+/// (profiling showed half the commit time in page I/O with the defaults).
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
-     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;";
+     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; PRAGMA cache_size = -65536; \
+     PRAGMA temp_store = MEMORY; PRAGMA mmap_size = 268435456;";
 
 fn sqlite_manager(path: &str) -> AsyncDieselConnectionManager<SqliteConn> {
     let mut config = ManagerConfig::<SqliteConn>::default();

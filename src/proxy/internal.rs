@@ -114,11 +114,10 @@ pub async fn invalidate_budget(
     let (Some(org_id), Some(kind)) = (org, kind) else {
         return Err(ApiError::internal("validated fields missing"));
     };
-    state.budgets.invalidate(&EntityRef {
-        org_id,
-        entity_type: kind.as_str().to_owned(),
-        entity_id: body.entity_id,
-    });
+    state
+        .budgets
+        .invalidate(&EntityRef { org_id, entity_type: kind.as_str().to_owned(), entity_id: body.entity_id })
+        .await;
     Ok(HttpResponse::Ok().json(json!({ "invalidated": true })))
 }
 
@@ -141,7 +140,8 @@ pub async fn get_velocity_state(
     let org = org_id(query.org_id.as_deref().unwrap_or_default(), &mut issues);
     issues.finish()?;
     let org = org.ok_or_else(|| ApiError::internal("validated orgId missing"))?;
-    Ok(HttpResponse::Ok().json(VelocityStateBody { velocity_state: state.budgets.velocity_state(&org) }))
+    Ok(HttpResponse::Ok()
+        .json(VelocityStateBody { velocity_state: state.budgets.velocity_state(&org).await }))
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

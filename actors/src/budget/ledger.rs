@@ -420,6 +420,20 @@ impl BudgetSnapshot {
     }
 }
 
+/// The velocity window and breaker of a budget at one instant (an operator view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VelocityStatus {
+    pub limit: i64,
+    pub window_ms: i64,
+    pub cooldown_ms: i64,
+    /// Settled spend inside the window.
+    pub window_spend: i64,
+    /// `window_spend` plus everything reserved: what the next request is checked against.
+    pub current: i64,
+    /// End of the cooldown while the breaker is open.
+    pub breaker_open_until: Option<i64>,
+}
+
 /// Something the actor should announce (a webhook), in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -832,6 +846,59 @@ impl BudgetLedger {
         events
     }
 
+    /// Adopts spend and period start as storage holds them (the budget row changed
+    /// elsewhere: an upsert, a manual reset, other writers), keeping reservations in
+    /// flight, velocity and loop state. Call it after [`reconfigure`](Self::reconfigure)
+    /// with the same row.
+    ///
+    /// * A stored period that ended where the ledger's began (or earlier) means storage has
+    ///   not caught up with a roll this ledger made: spend and period stay as they are.
+    /// * Another period start, or lower spend, means the budget was reset
+    ///   meanwhile: everything that is once per period re-arms, as a reset does, then the
+    ///   stored spend applies.
+    /// * Otherwise the stored spend applies as is.
+    ///
+    /// Thresholds already passed by the adopted spend count as fired and a warn budget
+    /// already over its limit counts as alerted, as when a ledger is built, so a reload
+    /// never repeats an announcement for spend another writer already counted.
+    pub fn restore_spend(&mut self, spend: i64, period_start: Option<i64>, now_ms: i64) {
+        let spend = spend.max(0);
+        let period_start =
+            self.config.reset_interval.map(|_| period_start.or(self.period_start).unwrap_or(now_ms));
+        if let (Some(interval), Some(stored), Some(current)) =
+            (self.config.reset_interval, period_start, self.period_start)
+        {
+            if next_period_start(interval, stored) <= current {
+                return;
+            }
+        }
+        if period_start != self.period_start || spend < self.spend {
+            self.start_period(period_start);
+        }
+        self.spend = spend;
+        self.fired |= passed_thresholds(spend, self.config.limit);
+        if spend > effective_limit(&self.config) {
+            self.exceeded_alerted = true;
+        }
+    }
+
+    /// The velocity window and breaker now, `None` when the budget has no velocity limit.
+    pub fn velocity_status(&self, now_ms: i64) -> Option<VelocityStatus> {
+        let velocity = self.config.velocity?;
+        let window_spend = self.velocity_window.total_within(now_ms, velocity.window_ms);
+        Some(VelocityStatus {
+            limit: velocity.limit,
+            window_ms: velocity.window_ms,
+            cooldown_ms: velocity.cooldown_ms,
+            window_spend,
+            current: window_spend.saturating_add(self.reserved),
+            breaker_open_until: self
+                .breaker
+                .map(|breaker| breaker.open_until)
+                .filter(|&until| until > now_ms),
+        })
+    }
+
     fn committed(&self) -> i64 {
         self.spend.saturating_add(self.reserved)
     }
@@ -986,6 +1053,15 @@ impl SlidingWindow {
 
     fn newest(&self) -> Option<i64> {
         self.entries.back().map(|&(at, _)| at)
+    }
+
+    /// The sum of the entries younger than `window_ms`, without pruning.
+    fn total_within(&self, now_ms: i64, window_ms: i64) -> i64 {
+        let horizon = now_ms.saturating_sub(window_ms);
+        self.entries
+            .iter()
+            .filter(|&&(at, _)| at > horizon)
+            .fold(0, |sum, &(_, amount)| sum.saturating_add(amount))
     }
 
     fn clear(&mut self) {
@@ -2773,5 +2849,46 @@ mod tests {
             admitted > 1_000 && denied > 1_000,
             "both outcomes exercised: {admitted} admitted, {denied} denied"
         );
+    }
+
+    #[test]
+    fn restore_spend_adopts_storage_and_rearms_after_a_reset() {
+        let mut ledger = ledger(with_thresholds(1_000, &[50]));
+        ledger.reserve(&req(1, 100), T0).unwrap();
+        // Other writers raised spend: adopted, and the thresholds it passed count as fired.
+        ledger.restore_spend(600, None, T0);
+        assert_eq!((ledger.spend(), ledger.reserved()), (600, 100));
+        assert!(ledger.settle(1, 10, T0).is_empty(), "50% was passed by the stored spend");
+        // Lower spend in storage is a reset made elsewhere: thresholds re-arm.
+        ledger.restore_spend(0, None, T0);
+        assert_eq!(ledger.spend(), 0);
+        assert_eq!(ledger.record_spend(500, None, T0).len(), 1);
+    }
+
+    #[test]
+    fn restore_spend_ignores_a_row_a_period_behind_and_takes_a_manual_reset() {
+        let mut ledger = BudgetLedger::new(daily(1_000), 300, Some(T0), T0);
+        ledger.record_spend(50, None, T0 + DAY + HOUR);
+        assert_eq!(ledger.period_start(), Some(T0 + DAY), "rolled into the next day");
+        // Storage has not recorded the roll yet.
+        ledger.restore_spend(300, Some(T0), T0 + DAY + HOUR);
+        assert_eq!((ledger.spend(), ledger.period_start()), (50, Some(T0 + DAY)));
+        // A manual reset at 15:00 stored spend 0 and a period starting then.
+        ledger.restore_spend(0, Some(T0 + DAY + 15 * HOUR), T0 + DAY + 15 * HOUR);
+        assert_eq!((ledger.spend(), ledger.period_start()), (0, Some(T0 + DAY + 15 * HOUR)));
+    }
+
+    #[test]
+    fn velocity_status_reports_window_reservations_and_breaker() {
+        assert_eq!(ledger(config(1_000)).velocity_status(T0), None);
+        let mut ledger = ledger(velocity(1_000));
+        ledger.record_spend(300, None, T0);
+        ledger.reserve(&req(1, 200), T0).unwrap();
+        let status = ledger.velocity_status(T0 + SECOND).unwrap();
+        assert_eq!((status.window_spend, status.current, status.breaker_open_until), (300, 500, None));
+        assert!(ledger.reserve(&req(2, 600), T0 + SECOND).is_err());
+        assert_eq!(ledger.velocity_status(T0 + SECOND).unwrap().breaker_open_until, Some(T0 + 31 * SECOND));
+        let later = ledger.velocity_status(T0 + 2 * MINUTE).unwrap();
+        assert_eq!((later.window_spend, later.current, later.breaker_open_until), (0, 200, None));
     }
 }

@@ -1,13 +1,21 @@
-//! Budgets: the pure ledger rules of one budget entity and the calendar math of their
-//! periods. The budget actor (owning a ledger, persisting it, emitting its events) builds
-//! on these.
+//! Budgets: the pure ledger rules of one budget entity, the calendar math of their
+//! periods, and the actor that owns a ledger and answers for its entity.
 
+pub mod actor;
 pub mod ledger;
+pub mod messages;
 pub mod period;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;
 
+pub use actor::{BudgetActor, EventSink};
 pub use ledger::{
     Admission, BudgetConfig, BudgetLedger, BudgetSnapshot, Denial, DenialReason, EntityType, Fingerprint,
     LedgerEvent, LoopConfig, LoopDetectionType, Policy, ReserveRequest, ResetInterval, Severity,
-    UnknownVariant, VelocityConfig,
+    UnknownVariant, VelocityConfig, VelocityStatus,
+};
+pub use messages::{
+    CallFingerprint, RecordSpend, Refresh, Release, Reload, Reserve, Settle, Snapshot, Tick, VelocityState,
 };
 pub use period::{next_period_start, period_start};

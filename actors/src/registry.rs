@@ -1,0 +1,1000 @@
+//! The budget registry: finds or starts the actor of a budget entity, spreads actors over a
+//! fixed set of arbiters, supervises them, and offers the multi-entity operations the HTTP
+//! layer needs (all-or-nothing reservation, settle, release, committed spend).
+//!
+//! # One actor per key
+//!
+//! Actors are started *before* their state is loaded: starting one is synchronous and
+//! cheap (a channel and a closure sent to an arbiter), so it happens inside the dashmap
+//! entry of its key, and two concurrent first requests for a key can never start two
+//! actors. The new actor loads its row in `started` with its mailbox paused, so the
+//! requests queued meanwhile are decided on the loaded state. No async once-cell, no lock
+//! held across an await.
+//!
+//! # Supervision
+//!
+//! A panic in a handler (or a failed load) stops an actor without deregistering it; only
+//! passivation deregisters, and it does so before stopping. So a registered actor whose
+//! mailbox is closed has failed: the registry counts a restart and starts a new actor,
+//! which reloads its state. The first restart of a key is immediate; when the key keeps
+//! failing (again within a minute) the next starts wait `restart_backoff`, doubling up to
+//! 30 s, and requests meanwhile fail fast with [`RegistryError::Restarting`].
+//!
+//! # Which messages start an actor
+//!
+//! [`reserve_all`](BudgetRegistry::reserve_all) and [`snapshot`](BudgetRegistry::snapshot)
+//! start actors and retry once on a fresh actor if theirs died. Settle, release and
+//! committed spend go to *live* actors only and are never retried: an entity without a
+//! live actor holds no reservation, and the spend they report is already in storage, which
+//! a starting actor reads — sending it again would count it twice.
+//!
+//! # Mailbox bound
+//!
+//! actix's own mailbox capacity only parks the sending address clone and lets the message
+//! through, so it bounds nothing when every request sends through the registry. The
+//! registry counts the messages in flight per actor instead (sent, reply not received)
+//! and refuses a *reservation* with [`RegistryError::Overloaded`] when
+//! `mailbox_capacity` are; settles and releases are never refused, so no admitted money
+//! goes unaccounted.
+
+use std::collections::hash_map::DefaultHasher;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::dev::channel;
+use actix::{Addr, Arbiter, ArbiterHandle, Context, Handler, MailboxError, MessageResult};
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use futures_util::future::join_all;
+
+use crate::budget::actor::{backoff, sweep_residents, BudgetActor, EventSink};
+use crate::budget::messages::{
+    RecordSpend, Refresh, Release, Reserve, Routed, Settle, Snapshot, Timed, VelocityState,
+};
+use crate::budget::{Admission, BudgetSnapshot, Denial, LedgerEvent};
+use crate::store::{BudgetStore, EntityKey, StoreError};
+
+/// Reads the service's clock: UTC epoch milliseconds.
+pub type Clock = fn() -> i64;
+
+/// Default [`RegistryConfig::reservation_max_age`]: the longest upstream call (600 s)
+/// plus a margin.
+pub const DEFAULT_RESERVATION_MAX_AGE: Duration = Duration::from_secs(600 + 60);
+/// A failure this long after the previous one of the same key starts the backoff over.
+const RESTART_WINDOW: Duration = Duration::from_secs(60);
+/// Longest wait before restarting an actor that keeps failing.
+const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+/// Attempts of a message that starts actors: the first, and one on a fresh actor.
+const MAX_ATTEMPTS: u32 = 2;
+/// Restart bookkeeping kept for at most this many keys; older entries are dropped first.
+const MAX_RESTART_STATES: usize = 10_000;
+
+/// How the registry runs its actors. Operators tune these (see the design notes).
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    /// Arbiter threads the actors are spread over (about one per core).
+    pub arbiters: usize,
+    /// Messages an actor may have waiting before new reservations are refused.
+    pub mailbox_capacity: usize,
+    /// An actor unused this long, with nothing reserved, stops (and reloads on next use).
+    pub idle_timeout: Duration,
+    /// First wait before restarting an actor that keeps failing; doubles per failure.
+    pub restart_backoff: Duration,
+    /// Reservations older than this are released by the reaper.
+    pub reservation_max_age: Duration,
+    /// How often each arbiter sweeps its actors: the reaper, the period roll of idle
+    /// actors and passivation act within one interval of their time. (A breaker's
+    /// recovery has its own precise timer.)
+    pub housekeeping_interval: Duration,
+    /// The service's clock, used for housekeeping and reloads (messages carry their own
+    /// `now_ms`).
+    pub clock: Clock,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            arbiters: std::thread::available_parallelism().map_or(1, usize::from),
+            mailbox_capacity: 1_024,
+            idle_timeout: Duration::from_secs(300),
+            restart_backoff: Duration::from_millis(100),
+            reservation_max_age: DEFAULT_RESERVATION_MAX_AGE,
+            housekeeping_interval: Duration::from_secs(5),
+            clock: system_now_ms,
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch from the system clock: the default [`Clock`] for an
+/// embedder that injects none.
+#[expect(clippy::disallowed_methods, reason = "the default clock, used only when none is injected")]
+pub fn system_now_ms() -> i64 {
+    let elapsed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Why the registry could not get an answer from an actor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("no actix system is running on this thread")]
+    NoSystem,
+    #[error("could not start an arbiter thread: {0}")]
+    Arbiter(String),
+    #[error("the budget actor keeps failing; retry in {} ms", retry_after.as_millis())]
+    Restarting { retry_after: Duration },
+    #[error("the budget actor has too many messages waiting")]
+    Overloaded,
+    #[error("the budget actor stopped before answering")]
+    Stopped,
+}
+
+/// Why [`BudgetRegistry::reserve_all`] admitted nothing. Every reservation already taken
+/// for the request has been released when this is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ReserveAllError {
+    /// The entity's budget refused.
+    #[error("{key}: {denial}")]
+    Denied { key: EntityKey, denial: Box<Denial> },
+    /// The entity's actor could not answer.
+    #[error("{key}: {error}")]
+    Unavailable { key: EntityKey, error: RegistryError },
+}
+
+/// How long registry messages waited in actor mailboxes (send to handling), over all
+/// actors since the registry started. Sampled: one registry message in eight is timed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MailboxWait {
+    /// Messages timed.
+    pub messages: u64,
+    pub total: Duration,
+    pub max: Duration,
+}
+
+impl MailboxWait {
+    pub fn mean(&self) -> Duration {
+        if self.messages == 0 {
+            return Duration::ZERO;
+        }
+        let nanos = self.total.as_nanos() / u128::from(self.messages);
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+}
+
+/// Registry figures for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegistryStats {
+    /// Actors alive now (loading ones included).
+    pub live_actors: usize,
+    /// Actors found dead (panic or failed load) and replaced.
+    pub restarts: u64,
+    pub passivations: u64,
+    /// Reservations released by the reaper.
+    pub reaped: u64,
+    /// Reservations refused because a mailbox was full.
+    pub shed: u64,
+    pub load_failures: u64,
+    pub mailbox: MailboxWait,
+}
+
+/// State shared by the registry and its actors.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn BudgetStore>,
+    pub(crate) sink: Option<Arc<dyn EventSink>>,
+    pub(crate) clock: Clock,
+    /// `idle_timeout` in housekeeping sweeps (rounded up, plus one: never early).
+    pub(crate) idle_sweeps: u32,
+    /// `reservation_max_age` in housekeeping sweeps (rounded up, plus one: never early).
+    pub(crate) reservation_max_age_sweeps: u32,
+    pub(crate) restart_backoff: Duration,
+    /// The live actors. Keys are shared with the actors themselves.
+    pub(crate) actors: DashMap<ActorKey, Slot>,
+    pub(crate) counters: Counters,
+    /// One per arbiter, indexed like the arbiters.
+    pub(crate) mailbox: Box<[MailboxStats]>,
+    load_versions: AtomicU64,
+}
+
+impl Shared {
+    /// A new load version. `AcqRel` makes "taken after a commit" and "taken before a read"
+    /// on two threads order the commit before the read whenever the versions are ordered.
+    pub(crate) fn next_load_version(&self) -> u64 {
+        self.load_versions.fetch_add(1, Ordering::AcqRel).saturating_add(1)
+    }
+}
+
+/// The registry's entry for one key.
+#[derive(Clone)]
+pub(crate) struct Slot {
+    pub(crate) addr: Addr<BudgetActor>,
+    pub(crate) generation: u64,
+}
+
+/// The map key of a live actor: its entity key, shared with the actor and its arbiter's
+/// sweep, together with the count of registry messages in flight to it (sent, reply not
+/// received) — one allocation for both.
+#[derive(Clone)]
+pub(crate) struct ActorKey(Arc<KeyCell>);
+
+struct KeyCell {
+    key: EntityKey,
+    in_flight: AtomicUsize,
+}
+
+impl ActorKey {
+    fn new(key: EntityKey) -> Self {
+        Self(Arc::new(KeyCell { key, in_flight: AtomicUsize::new(0) }))
+    }
+
+    fn in_flight(&self) -> &AtomicUsize {
+        &self.0.in_flight
+    }
+}
+
+impl std::ops::Deref for ActorKey {
+    type Target = EntityKey;
+
+    fn deref(&self) -> &EntityKey {
+        &self.0.key
+    }
+}
+
+// INVARIANT: `Hash` and `Eq` are those of the entity key, as `Borrow` requires, so the
+// map can be searched with a plain `&EntityKey`.
+impl std::borrow::Borrow<EntityKey> for ActorKey {
+    fn borrow(&self) -> &EntityKey {
+        &self.0.key
+    }
+}
+
+impl PartialEq for ActorKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for ActorKey {}
+
+impl Hash for ActorKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key.hash(state);
+    }
+}
+
+impl std::fmt::Display for ActorKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.key.fmt(f)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) live: AtomicUsize,
+    pub(crate) restarts: AtomicU64,
+    pub(crate) passivations: AtomicU64,
+    pub(crate) reaped: AtomicU64,
+    pub(crate) shed: AtomicU64,
+    pub(crate) load_failures: AtomicU64,
+}
+
+/// Mailbox waits of the actors of one arbiter. Aligned to its own cache lines so arbiters
+/// never write to a line another one writes.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct MailboxStats {
+    messages: AtomicU64,
+    wait_ns: AtomicU64,
+    max_wait_ns: AtomicU64,
+}
+
+impl MailboxStats {
+    pub(crate) fn record(&self, wait: Duration) {
+        // INVARIANT: only the thread of this arbiter writes here (all its actors run on
+        // that one thread), so a load and a store cannot lose an update, and the hot path
+        // needs no atomic read-modify-write.
+        let nanos = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        self.messages.store(self.messages.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        self.wait_ns.store(self.wait_ns.load(Ordering::Relaxed).saturating_add(nanos), Ordering::Relaxed);
+        if nanos > self.max_wait_ns.load(Ordering::Relaxed) {
+            self.max_wait_ns.store(nanos, Ordering::Relaxed);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RestartState {
+    failures: u32,
+    last_failure: Instant,
+    retry_at: Instant,
+}
+
+/// Finds, starts, supervises and passivates budget actors. Cheap to clone; the arbiters
+/// stop when the last clone is dropped.
+#[derive(Clone)]
+pub struct BudgetRegistry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    config: RegistryConfig,
+    /// Owned so they stop with the registry.
+    arbiters: Vec<Arbiter>,
+    handles: Vec<ArbiterHandle>,
+    restart_state: DashMap<EntityKey, RestartState>,
+    generations: AtomicU64,
+    reservation_ids: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for arbiter in &self.arbiters {
+            arbiter.stop();
+        }
+    }
+}
+
+impl BudgetRegistry {
+    /// Starts `config.arbiters` arbiter threads. Must run inside an actix `System` (the
+    /// arbiters register with it).
+    pub fn new(
+        config: RegistryConfig,
+        store: Arc<dyn BudgetStore>,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Result<Self, RegistryError> {
+        if actix::System::try_current().is_none() {
+            return Err(RegistryError::NoSystem);
+        }
+        let count = config.arbiters.max(1);
+        let mut arbiters = Vec::with_capacity(count);
+        for _ in 0..count {
+            let arbiter = Arbiter::try_new().map_err(|error| RegistryError::Arbiter(error.to_string()))?;
+            arbiters.push(arbiter);
+        }
+        let handles: Vec<ArbiterHandle> = arbiters.iter().map(Arbiter::handle).collect();
+        let interval = config.housekeeping_interval.max(Duration::from_millis(1));
+        let shared = Arc::new(Shared {
+            store,
+            sink,
+            clock: config.clock,
+            idle_sweeps: sweeps_for(config.idle_timeout, interval),
+            reservation_max_age_sweeps: sweeps_for(config.reservation_max_age, interval),
+            restart_backoff: config.restart_backoff,
+            actors: DashMap::new(),
+            counters: Counters::default(),
+            mailbox: (0..count).map(|_| MailboxStats::default()).collect(),
+            load_versions: AtomicU64::new(0),
+        });
+        for handle in &handles {
+            let shared = Arc::downgrade(&shared);
+            handle.spawn_fn(move || {
+                actix::spawn(sweep_residents(shared, interval));
+            });
+        }
+        let inner = Inner {
+            shared,
+            config,
+            arbiters,
+            handles,
+            restart_state: DashMap::new(),
+            generations: AtomicU64::new(0),
+            reservation_ids: AtomicU64::new(0),
+        };
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    pub fn config(&self) -> &RegistryConfig {
+        &self.inner.config
+    }
+
+    /// A reservation id unique within this process, used on every entity of one request.
+    pub fn next_reservation_id(&self) -> u64 {
+        self.inner.reservation_ids.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
+    }
+
+    /// A load version, for [`Reload`](crate::budget::Reload) and the `committed_version`
+    /// of [`Settle`] and [`RecordSpend`]: take it before reading a row, or after
+    /// committing spend.
+    pub fn load_version(&self) -> u64 {
+        self.inner.shared.next_load_version()
+    }
+
+    /// The address of the actor of `key`, starting it (it then loads its row) when none
+    /// is running.
+    pub fn get_or_start(&self, key: &EntityKey) -> Result<Addr<BudgetActor>, RegistryError> {
+        self.with_slot(key, |_, slot| slot.addr.clone())
+    }
+
+    /// The arbiter that runs (or will run) the actor of `key`. A caller running there
+    /// reaches the actor without a thread hop: a reserve + settle then takes about 2 µs
+    /// instead of 10-40 µs (see the `budget` benchmark).
+    pub fn arbiter_for(&self, key: &EntityKey) -> ArbiterHandle {
+        let handles = &self.inner.handles;
+        // INVARIANT: `arbiter_index` is below `handles.len()`, which is at least 1.
+        handles[arbiter_index(key, handles.len())].clone()
+    }
+
+    /// Reserves `request` on every entity in turn, all or nothing: on the first denial
+    /// (or an actor that cannot answer) the reservations already taken are released
+    /// before the error is returned. Entities without a budget admit and are left out of
+    /// the result. The caller must settle or release the same keys afterwards; prefer
+    /// [`reserve_guarded`](Self::reserve_guarded), whose guard cannot forget. Dropping
+    /// this future before it finishes releases what it reserved.
+    pub async fn reserve_all(
+        &self,
+        keys: &[EntityKey],
+        request: &Reserve,
+    ) -> Result<Vec<(EntityKey, Admission)>, ReserveAllError> {
+        let reservation_id = request.reservation_id;
+        let mut taken = Taken { registry: self, keys, count: 0, reservation_id };
+        let mut admissions = Vec::new();
+        for (index, key) in keys.iter().enumerate() {
+            // Counted before asking: if this future is dropped while the actor decides,
+            // this entity is released too (the release queues behind the reserve).
+            taken.count = index + 1;
+            let error = match self.ask(key, request, true).await {
+                Ok(Ok(Some(admission))) => {
+                    admissions.push((key.clone(), admission));
+                    continue;
+                }
+                Ok(Ok(None)) => continue,
+                Ok(Err(denial)) => ReserveAllError::Denied { key: key.clone(), denial: Box::new(denial) },
+                Err(error) => ReserveAllError::Unavailable { key: key.clone(), error },
+            };
+            // Nothing was reserved on the entity that failed; the others are released
+            // (queued at once, so `taken` can stand down) before the error is returned.
+            let earlier = keys.get(..index).unwrap_or_default();
+            let releases = self.enqueue_all(earlier, &Release { reservation_id });
+            taken.count = 0;
+            self.answers(earlier, releases, |_| false).await;
+            return Err(error);
+        }
+        taken.count = 0;
+        Ok(admissions)
+    }
+
+    /// [`reserve_all`](Self::reserve_all), returning a guard that releases the
+    /// reservation on every entity when dropped unless it was settled or released.
+    pub async fn reserve_guarded(
+        &self,
+        keys: &[EntityKey],
+        request: &Reserve,
+    ) -> Result<ReservationGuard, ReserveAllError> {
+        let admissions = self.reserve_all(keys, request).await?;
+        Ok(ReservationGuard {
+            registry: self.clone(),
+            reservation_id: request.reservation_id,
+            keys: keys.to_vec(),
+            admissions,
+            armed: true,
+        })
+    }
+
+    /// Settles `reservation_id` to `actual` on every live entity. Call it right after the
+    /// cost is committed to storage: an actor whose state was read from storage after
+    /// that point already counts the cost and only drops the reservation. Returns the
+    /// events to announce, per entity that has any.
+    pub async fn settle_all(
+        &self,
+        keys: &[EntityKey],
+        reservation_id: u64,
+        actual: i64,
+        now_ms: i64,
+    ) -> Vec<(EntityKey, Vec<LedgerEvent>)> {
+        let settles = self.enqueue_settles(keys, reservation_id, actual, now_ms);
+        self.answers(keys, settles, has_events).await
+    }
+
+    /// Releases `reservation_id` on every live entity, once they have all handled it.
+    pub async fn release_all(&self, keys: &[EntityKey], reservation_id: u64) {
+        let releases = self.enqueue_all(keys, &Release { reservation_id });
+        self.answers(keys, releases, |_| false).await;
+    }
+
+    /// Counts committed spend without a reservation (a cost event) on every live entity;
+    /// entities without a live actor read it from storage when they start. Call it right
+    /// after the spend is committed (see [`settle_all`](Self::settle_all)). Returns the
+    /// events to announce, per entity that has any.
+    pub async fn record_spend(
+        &self,
+        keys: &[EntityKey],
+        amount: i64,
+        session_id: Option<Arc<str>>,
+        now_ms: i64,
+    ) -> Vec<(EntityKey, Vec<LedgerEvent>)> {
+        let committed_version = Some(self.load_version());
+        let spends = self.enqueue_all(keys, &RecordSpend { amount, session_id, now_ms, committed_version });
+        self.answers(keys, spends, has_events).await
+    }
+
+    /// The budget's figures, starting its actor when none is running; `None` when the
+    /// entity has no budget.
+    pub async fn snapshot(&self, key: &EntityKey) -> Result<Option<BudgetSnapshot>, RegistryError> {
+        self.ask(key, &Snapshot, false).await
+    }
+
+    /// The budget's figures if its actor is running (and has loaded), without starting one.
+    pub async fn snapshot_if_live(&self, key: &EntityKey) -> Option<BudgetSnapshot> {
+        let (reply, _) = self.enqueue_live(key, Snapshot)?;
+        reply.await.ok().flatten()
+    }
+
+    /// The row of `key` changed in storage (upsert, reset, delete): a live actor reads it
+    /// again and applies it, keeping its reservations in flight — stopping the actor
+    /// instead would forget them, and the budget would be under-counted until they
+    /// settle. Returns `Ok(false)` when no actor is live (the next one loads the new row).
+    /// On a storage error the actor keeps its state and retries in the background.
+    pub async fn invalidate(&self, key: &EntityKey) -> Result<bool, StoreError> {
+        let Some(addr) = self.live_addr(key) else {
+            return Ok(false);
+        };
+        let version = self.load_version();
+        match addr.send(Refresh { version }).await {
+            Ok(Ok(())) => Ok(true),
+            Ok(Err(error)) => Err(error),
+            // Stopped meanwhile: its successor loads the new row.
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Velocity windows and breakers of the live actors of an organization.
+    pub async fn velocity_state(&self, org_id: &str) -> Vec<serde_json::Value> {
+        let addrs: Vec<Addr<BudgetActor>> = self
+            .inner
+            .shared
+            .actors
+            .iter()
+            .filter(|entry| entry.key().org_id == org_id && entry.value().addr.connected())
+            .map(|entry| entry.value().addr.clone())
+            .collect();
+        let replies = join_all(addrs.iter().map(|addr| addr.send(VelocityState))).await;
+        replies.into_iter().filter_map(|reply| reply.ok().flatten()).collect()
+    }
+
+    /// Actors alive now, loading ones included.
+    pub fn live_actors(&self) -> usize {
+        self.inner.shared.counters.live.load(Ordering::Relaxed)
+    }
+
+    /// Actors found dead (a panic or a failed load) since the registry started.
+    pub fn restarts(&self) -> u64 {
+        self.inner.shared.counters.restarts.load(Ordering::Relaxed)
+    }
+
+    /// Time registry messages spent in actor mailboxes.
+    pub fn mailbox_wait(&self) -> MailboxWait {
+        let mut wait = MailboxWait::default();
+        for stats in self.inner.shared.mailbox.iter() {
+            wait.messages = wait.messages.saturating_add(stats.messages.load(Ordering::Relaxed));
+            wait.total =
+                wait.total.saturating_add(Duration::from_nanos(stats.wait_ns.load(Ordering::Relaxed)));
+            wait.max = wait.max.max(Duration::from_nanos(stats.max_wait_ns.load(Ordering::Relaxed)));
+        }
+        wait
+    }
+
+    /// All registry figures at once.
+    pub fn stats(&self) -> RegistryStats {
+        let counters = &self.inner.shared.counters;
+        RegistryStats {
+            live_actors: self.live_actors(),
+            restarts: self.restarts(),
+            passivations: counters.passivations.load(Ordering::Relaxed),
+            reaped: counters.reaped.load(Ordering::Relaxed),
+            shed: counters.shed.load(Ordering::Relaxed),
+            load_failures: counters.load_failures.load(Ordering::Relaxed),
+            mailbox: self.mailbox_wait(),
+        }
+    }
+
+    /// Sends `message` to the actor of `key`, starting it if needed, and retries once on
+    /// a fresh actor when the actor died before answering.
+    async fn ask<M>(&self, key: &EntityKey, message: &M, shed: bool) -> Result<M::Result, RegistryError>
+    where
+        M: Routed + Clone,
+        BudgetActor: Handler<Timed<M>, Result = MessageResult<Timed<M>>>,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (reply, generation) = self.enqueue(key, message.clone(), shed)?;
+            match reply.await {
+                Ok(result) => return Ok(result),
+                Err(MailboxError::Closed) => {
+                    self.bury(key, generation);
+                    if attempt >= MAX_ATTEMPTS {
+                        return Err(RegistryError::Stopped);
+                    }
+                }
+                Err(MailboxError::Timeout) => return Err(RegistryError::Stopped),
+            }
+        }
+    }
+
+    /// Queues `message` for the actor of `key` (started if needed) and returns the reply
+    /// with the actor's generation. The message is in the mailbox when this returns.
+    fn enqueue<M>(
+        &self,
+        key: &EntityKey,
+        message: M,
+        shed: bool,
+    ) -> Result<(impl Future<Output = Result<M::Result, MailboxError>> + use<M>, u64), RegistryError>
+    where
+        M: Routed,
+        BudgetActor: Handler<Timed<M>, Result = MessageResult<Timed<M>>>,
+    {
+        let capacity = self.inner.config.mailbox_capacity;
+        let counters = &self.inner.shared.counters;
+        self.with_slot(key, |actor_key, slot| {
+            if shed && actor_key.in_flight().load(Ordering::Relaxed) >= capacity {
+                counters.shed.fetch_add(1, Ordering::Relaxed);
+                return Err(RegistryError::Overloaded);
+            }
+            Ok(send(actor_key, slot, message))
+        })?
+    }
+
+    /// Queues `message` for the actor of `key` if one is live; never starts one.
+    fn enqueue_live<M>(
+        &self,
+        key: &EntityKey,
+        message: M,
+    ) -> Option<(impl Future<Output = Result<M::Result, MailboxError>> + use<M>, u64)>
+    where
+        M: Routed,
+        BudgetActor: Handler<Timed<M>, Result = MessageResult<Timed<M>>>,
+    {
+        let slot = self.inner.shared.actors.get(key)?;
+        slot.addr.connected().then(|| send(slot.key(), slot.value(), message))
+    }
+
+    /// Queues `message` for every live entity of `keys`; every message is in its mailbox
+    /// when this returns. [`answers`](Self::answers) collects the replies.
+    fn enqueue_all<M>(
+        &self,
+        keys: &[EntityKey],
+        message: &M,
+    ) -> Vec<Queued<impl Future<Output = Result<M::Result, MailboxError>> + use<M>>>
+    where
+        M: Routed + Clone,
+        BudgetActor: Handler<Timed<M>, Result = MessageResult<Timed<M>>>,
+    {
+        let mut queued = Vec::with_capacity(keys.len());
+        for (index, key) in keys.iter().enumerate() {
+            if let Some((reply, generation)) = self.enqueue_live(key, message.clone()) {
+                queued.push(Queued { index, generation, reply });
+            }
+        }
+        queued
+    }
+
+    /// The replies to [`enqueue_all`](Self::enqueue_all), keeping those `keep` wants.
+    async fn answers<T, F>(
+        &self,
+        keys: &[EntityKey],
+        queued: Vec<Queued<F>>,
+        keep: impl Fn(&T) -> bool,
+    ) -> Vec<(EntityKey, T)>
+    where
+        F: Future<Output = Result<T, MailboxError>>,
+    {
+        let mut answers = Vec::new();
+        // Everything is queued already, so awaiting one reply after the other takes as
+        // long as the slowest, without a join's allocations.
+        for Queued { index, generation, reply } in queued {
+            let Some(key) = keys.get(index) else {
+                continue;
+            };
+            match reply.await {
+                Ok(answer) if keep(&answer) => answers.push((key.clone(), answer)),
+                Ok(_) => {}
+                Err(_) => self.bury(key, generation),
+            }
+        }
+        answers
+    }
+
+    fn enqueue_settles(
+        &self,
+        keys: &[EntityKey],
+        reservation_id: u64,
+        actual: i64,
+        now_ms: i64,
+    ) -> Vec<Queued<impl Future<Output = Result<Vec<LedgerEvent>, MailboxError>> + use<>>> {
+        let committed_version = Some(self.load_version());
+        self.enqueue_all(keys, &Settle { reservation_id, actual, now_ms, committed_version })
+    }
+
+    /// Queues a release on every live entity without waiting: for drop paths.
+    fn release_detached(&self, keys: &[EntityKey], reservation_id: u64) {
+        for key in keys {
+            if let Some(slot) = self.inner.shared.actors.get(key) {
+                slot.addr.do_send(Timed::now(Release { reservation_id }));
+            }
+        }
+    }
+
+    fn live_addr(&self, key: &EntityKey) -> Option<Addr<BudgetActor>> {
+        let slot = self.inner.shared.actors.get(key)?;
+        slot.addr.connected().then(|| slot.addr.clone())
+    }
+
+    /// Runs `f` on the live slot of `key`, starting an actor when there is none.
+    fn with_slot<T>(
+        &self,
+        key: &EntityKey,
+        f: impl FnOnce(&ActorKey, &Slot) -> T,
+    ) -> Result<T, RegistryError> {
+        if let Some(entry) = self.inner.shared.actors.get(key) {
+            if entry.addr.connected() {
+                return Ok(f(entry.key(), entry.value()));
+            }
+        }
+        let (actor_key, slot) = self.start(key)?;
+        Ok(f(&actor_key, &slot))
+    }
+
+    /// Starts the actor of `key` unless a live one is registered. Runs inside the key's
+    /// dashmap entry, so concurrent callers end up with one actor.
+    fn start(&self, key: &EntityKey) -> Result<(ActorKey, Slot), RegistryError> {
+        match self.inner.shared.actors.entry(ActorKey::new(key.clone())) {
+            Entry::Occupied(mut occupied) => {
+                if occupied.get().addr.connected() {
+                    return Ok((occupied.key().clone(), occupied.get().clone()));
+                }
+                // INVARIANT: only passivation deregisters, and before stopping; a
+                // registered actor with a closed mailbox therefore panicked or failed to
+                // load.
+                self.note_failure(key);
+                if let Some(retry_after) = self.restart_delay(key) {
+                    occupied.remove();
+                    return Err(RegistryError::Restarting { retry_after });
+                }
+                let actor_key = occupied.key().clone();
+                let slot = self.spawn(actor_key.clone());
+                occupied.insert(slot.clone());
+                Ok((actor_key, slot))
+            }
+            Entry::Vacant(vacant) => {
+                if let Some(retry_after) = self.restart_delay(key) {
+                    return Err(RegistryError::Restarting { retry_after });
+                }
+                let actor_key = vacant.key().clone();
+                let slot = self.spawn(actor_key.clone());
+                vacant.insert(slot.clone());
+                Ok((actor_key, slot))
+            }
+        }
+    }
+
+    /// The actor of `generation` closed its mailbox before answering. If it is still
+    /// registered it failed (see [`start`](Self::start)): forget it and count the failure.
+    fn bury(&self, key: &EntityKey, generation: u64) {
+        if self.inner.shared.actors.remove_if(key, |_, slot| slot.generation == generation).is_some() {
+            self.note_failure(key);
+        }
+    }
+
+    fn note_failure(&self, key: &EntityKey) {
+        self.inner.shared.counters.restarts.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        if self.inner.restart_state.len() >= MAX_RESTART_STATES {
+            self.inner
+                .restart_state
+                .retain(|_, state| now.saturating_duration_since(state.last_failure) < RESTART_WINDOW);
+        }
+        let mut state = self.inner.restart_state.entry(key.clone()).or_insert(RestartState {
+            failures: 0,
+            last_failure: now,
+            retry_at: now,
+        });
+        if now.saturating_duration_since(state.last_failure) >= RESTART_WINDOW {
+            state.failures = 0;
+        }
+        state.failures = state.failures.saturating_add(1);
+        state.last_failure = now;
+        // The first failure restarts at once; a key that keeps failing waits longer each time.
+        state.retry_at = match state.failures.checked_sub(2) {
+            None => now,
+            Some(doublings) => {
+                now + backoff(self.inner.config.restart_backoff, doublings, MAX_RESTART_BACKOFF)
+            }
+        };
+        tracing::warn!(entity = %key, failures = state.failures, "budget actor died; restarting it");
+    }
+
+    /// How long `key` must still wait before its actor may start again.
+    fn restart_delay(&self, key: &EntityKey) -> Option<Duration> {
+        let now = Instant::now();
+        let (retry_at, stale) = {
+            let state = self.inner.restart_state.get(key)?;
+            (state.retry_at, now.saturating_duration_since(state.last_failure) >= RESTART_WINDOW)
+        };
+        if stale {
+            self.inner.restart_state.remove(key);
+        }
+        (retry_at > now).then(|| retry_at - now)
+    }
+
+    /// Starts a new actor for `key` on its arbiter. Synchronous: the actor loads its row
+    /// once it runs.
+    fn spawn(&self, key: ActorKey) -> Slot {
+        let inner = &self.inner;
+        let generation = inner.generations.fetch_add(1, Ordering::Relaxed);
+        let arbiter = arbiter_index(&key, inner.handles.len());
+        let version = inner.shared.next_load_version();
+        // Capacity 0 (unbounded): actix would otherwise defer a send past a full mailbox to
+        // the reply's first poll, and drop paths need their release queued at once. The
+        // registry bounds reservations itself (see the module documentation).
+        let (tx, rx) = channel::channel(0);
+        let actor = {
+            let shared = Arc::clone(&inner.shared);
+            let arbiter = u32::try_from(arbiter).unwrap_or(u32::MAX);
+            move || BudgetActor::new(key, generation, arbiter, version, shared)
+        };
+        // INVARIANT: `arbiter_index` is below `handles.len()`, which is at least 1.
+        inner.handles[arbiter].spawn_fn(move || {
+            let context = Context::with_receiver(rx);
+            actix::spawn(context.into_future(actor()));
+        });
+        Slot { addr: Addr::new(tx), generation }
+    }
+}
+
+/// Queues a registry message on `slot`'s actor. The message counts toward the mailbox
+/// bound until its reply arrives or the reply future is dropped.
+fn send<M>(
+    key: &ActorKey,
+    slot: &Slot,
+    message: M,
+) -> (impl Future<Output = Result<M::Result, MailboxError>> + use<M>, u64)
+where
+    M: Routed,
+    BudgetActor: Handler<Timed<M>, Result = MessageResult<Timed<M>>>,
+{
+    // Counted on the sending side only, so the actor's thread never touches this line.
+    key.in_flight().fetch_add(1, Ordering::Relaxed);
+    let in_flight = InFlight(key.clone());
+    let request = slot.addr.send(Timed::now(message));
+    let reply = async move {
+        let _in_flight = in_flight;
+        request.await
+    };
+    (reply, slot.generation)
+}
+
+/// One message of [`BudgetRegistry::enqueue_all`]: the index of its key and its reply.
+struct Queued<F> {
+    index: usize,
+    generation: u64,
+    reply: F,
+}
+
+#[expect(clippy::ptr_arg, reason = "a filter over replies of type `Vec<LedgerEvent>`")]
+fn has_events(events: &Vec<LedgerEvent>) -> bool {
+    !events.is_empty()
+}
+
+/// Decrements an actor's in-flight count when a reply arrives or stops being awaited.
+struct InFlight(ActorKey);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight().fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The reservations a running [`BudgetRegistry::reserve_all`] holds: dropped with its
+/// future, it releases them.
+struct Taken<'a> {
+    registry: &'a BudgetRegistry,
+    keys: &'a [EntityKey],
+    /// How many of `keys` (from the first) may hold the reservation.
+    count: usize,
+    reservation_id: u64,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if let Some(taken) = self.keys.get(..self.count).filter(|taken| !taken.is_empty()) {
+            self.registry.release_detached(taken, self.reservation_id);
+        }
+    }
+}
+
+/// `duration` in sweeps of `interval`, rounded up, plus one: a sweep count measures an age
+/// to within one interval, and these ages must never be reached early.
+fn sweeps_for(duration: Duration, interval: Duration) -> u32 {
+    let sweeps = duration.as_nanos().div_ceil(interval.as_nanos().max(1)).saturating_add(1);
+    u32::try_from(sweeps).unwrap_or(u32::MAX)
+}
+
+/// The arbiter of `key`: a fixed hash (SipHash with zero keys), so a key always lands on
+/// the same arbiter of a registry.
+fn arbiter_index(key: &EntityKey, arbiters: usize) -> usize {
+    let mut hasher = DefaultHasher::new();
+    key.hash(&mut hasher);
+    let arbiters_u64 = u64::try_from(arbiters.max(1)).unwrap_or(u64::MAX);
+    usize::try_from(hasher.finish() % arbiters_u64).unwrap_or(0)
+}
+
+/// A reservation held on a set of entities. Dropping it unsettled releases the
+/// reservation everywhere, so a request that dies (its future dropped, an early return, a
+/// panic) cannot leak budget; the actors' reaper is the second line of defence.
+#[must_use = "dropping the guard releases the reservation"]
+pub struct ReservationGuard {
+    registry: BudgetRegistry,
+    reservation_id: u64,
+    /// Every entity the reservation was sent to, with or without a budget: a budget
+    /// created meanwhile still gets the settle.
+    keys: Vec<EntityKey>,
+    admissions: Vec<(EntityKey, Admission)>,
+    armed: bool,
+}
+
+impl ReservationGuard {
+    pub fn reservation_id(&self) -> u64 {
+        self.reservation_id
+    }
+
+    pub fn keys(&self) -> &[EntityKey] {
+        &self.keys
+    }
+
+    /// What each entity with a budget admitted (snapshots for response headers, events).
+    pub fn admissions(&self) -> &[(EntityKey, Admission)] {
+        &self.admissions
+    }
+
+    /// Settles the reservation to `actual` (already committed to storage) everywhere and
+    /// returns the events to announce, per entity that has any.
+    pub async fn settle(mut self, actual: i64, now_ms: i64) -> Vec<(EntityKey, Vec<LedgerEvent>)> {
+        let settles = self.registry.enqueue_settles(&self.keys, self.reservation_id, actual, now_ms);
+        // The settles are queued: from here on, dropping this future loses nothing.
+        self.armed = false;
+        self.registry.answers(&self.keys, settles, has_events).await
+    }
+
+    /// Releases the reservation everywhere and waits until every actor has done it.
+    pub async fn release(mut self) {
+        let releases =
+            self.registry.enqueue_all(&self.keys, &Release { reservation_id: self.reservation_id });
+        self.armed = false;
+        self.registry.answers(&self.keys, releases, |_| false).await;
+    }
+
+    /// Gives up the guard: the caller settles or releases by hand.
+    pub fn into_admissions(mut self) -> Vec<(EntityKey, Admission)> {
+        self.armed = false;
+        std::mem::take(&mut self.admissions)
+    }
+}
+
+impl Drop for ReservationGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.registry.release_detached(&self.keys, self.reservation_id);
+        }
+    }
+}
+
+impl std::fmt::Debug for ReservationGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReservationGuard")
+            .field("reservation_id", &self.reservation_id)
+            .field("keys", &self.keys)
+            .field("armed", &self.armed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for BudgetRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BudgetRegistry")
+            .field("config", &self.inner.config)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
