@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use actors::budget::{BudgetConfig, EntityType, LoopConfig, Policy, ResetInterval, VelocityConfig};
+use actors::budget::{
+    BudgetConfig, EntityType, EventSink, LedgerEvent, LoopConfig, Policy, ResetInterval, VelocityConfig,
+};
 use actors::registry::{BudgetRegistry, RegistryConfig};
 use actors::store::{BudgetStore, EntityKey, StoreError, StoredBudget};
 use futures_util::future::BoxFuture;
@@ -89,6 +91,50 @@ impl BudgetStore for DbBudgetStore {
     }
 }
 
+/// Writes the events actors raise on their own (not in answer to a request) to the
+/// outbox. Only `velocity.recovered` is announced from here: threshold events come
+/// from the accounting writer's transaction and `budget.reset` from the period
+/// sweep, both in the same transaction as the change they announce.
+struct OutboxSink {
+    pool: Pool,
+}
+
+impl EventSink for OutboxSink {
+    fn publish(&self, key: &EntityKey, _budget_id: &str, events: Vec<LedgerEvent>) {
+        let now = crate::util::time::now_ms();
+        let rows: Vec<_> = events
+            .into_iter()
+            .filter_map(|e| match e {
+                LedgerEvent::VelocityRecovered { limit, window_ms, cooldown_ms } => {
+                    Some(crate::db::cost_events::outbox_event(
+                        &key.org_id,
+                        "velocity.recovered",
+                        serde_json::json!({
+                            "budget_entity_type": key.entity_type.as_str(),
+                            "budget_entity_id": key.entity_id,
+                            "velocity_limit_microdollars": limit,
+                            "velocity_window_seconds": window_ms / 1000,
+                            "velocity_cooldown_seconds": cooldown_ms / 1000,
+                            "recovered_at": crate::util::time::iso(now),
+                        }),
+                        now,
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::db::cost_events::insert_outbox(&pool, rows).await {
+                tracing::error!(error = %e, "could not record velocity.recovered");
+            }
+        });
+    }
+}
+
 /// Handle to the budget actors.
 #[derive(Clone)]
 pub struct BudgetService {
@@ -98,8 +144,9 @@ pub struct BudgetService {
 impl BudgetService {
     /// Starts the registry (its arbiter threads). Must run inside the actix system.
     pub fn start(pool: Pool, config: RegistryConfig) -> Result<Self, String> {
-        let store = Arc::new(DbBudgetStore { pool });
-        let registry = BudgetRegistry::new(config, store, None).map_err(|e| e.to_string())?;
+        let store = Arc::new(DbBudgetStore { pool: pool.clone() });
+        let sink: Arc<dyn EventSink> = Arc::new(OutboxSink { pool });
+        let registry = BudgetRegistry::new(config, store, Some(sink)).map_err(|e| e.to_string())?;
         Ok(Self { registry: Arc::new(registry) })
     }
 

@@ -14,6 +14,7 @@ pub mod db;
 pub mod error;
 pub mod idempotency;
 pub mod metrics;
+pub mod periods;
 pub mod plans;
 pub mod proxy;
 pub mod ratelimit;
@@ -47,6 +48,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
         db::Pool::connect(&config.database_url, config.db_max_connections).map_err(io::Error::other)?;
     let state = AppState::new(config.clone(), pool).map_err(io::Error::other)?;
     let workers = config.workers;
+    periods::start(state.pool.clone(), state.budgets.clone());
 
     let mut servers = Vec::new();
     let mut ready = Vec::new();

@@ -8,12 +8,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use diesel::Connection as _;
-use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{backend_is_postgres, read, Client, Resp, TestApp, TestDb, PASSWORD};
+use crate::support::{read, Client, Resp, TestApp, TestDb, PASSWORD};
 
 const OWNER_ORG: &str = "owner@example.com's organization";
 const SECRET: &str = "internal-test-secret";
@@ -74,26 +72,11 @@ fn issue_paths(r: &Resp) -> Vec<Value> {
     r.body["error"]["details"]["issues"].as_array().unwrap().iter().map(|i| i["path"].clone()).collect()
 }
 
-/// Runs SQL straight against the test database, for state the API cannot produce
-/// (spend moved by the proxy, cost events of any shape).
-async fn exec_sql(app: &TestApp, sql: &str) {
-    if backend_is_postgres() {
-        let mut conn = AsyncPgConnection::establish(&app.db.url).await.unwrap();
-        diesel_async::RunQueryDsl::execute(diesel::sql_query(sql), &mut conn).await.unwrap();
-    } else {
-        let path = app.db.url.strip_prefix("sqlite://").unwrap();
-        let mut conn = diesel::SqliteConnection::establish(path).unwrap();
-        diesel::connection::SimpleConnection::batch_execute(&mut conn, "PRAGMA busy_timeout = 5000;")
-            .unwrap();
-        diesel::RunQueryDsl::execute(diesel::sql_query(sql), &mut conn).unwrap();
-    }
-}
-
 async fn set_spend(app: &TestApp, budget_id: &str, spend: i64) {
-    exec_sql(
-        app,
-        &format!("UPDATE budgets SET spend_microdollars = {spend} WHERE id = '{}'", bare(budget_id)),
-    )
+    app.exec_sql(&format!(
+        "UPDATE budgets SET spend_microdollars = {spend} WHERE id = '{}'",
+        bare(budget_id)
+    ))
     .await;
 }
 
@@ -125,33 +108,27 @@ fn event<'a>(
 async fn insert_event(app: &TestApp, e: Event<'_>) {
     let id = uuid::Uuid::new_v4().to_string();
     let text = |v: Option<&str>| v.map_or("NULL".to_owned(), |v| format!("'{v}'"));
-    exec_sql(
-        app,
-        &format!(
-            "INSERT INTO cost_events (id, org_id, request_id, api_key_id, user_id, provider, model, \
+    app.exec_sql(&format!(
+        "INSERT INTO cost_events (id, org_id, request_id, api_key_id, user_id, provider, model, \
              input_tokens, output_tokens, cost_microdollars, event_type, tags, customer_id, source, \
              budget_status, created_at) VALUES ('{id}', '{}', '{id}', {}, {}, '{}', '{}', 1, 1, {}, 'llm', \
              '{{}}', {}, 'sdk', 'skipped', {})",
-            e.org,
-            text(e.key),
-            text(e.user),
-            e.provider,
-            e.model,
-            e.cost,
-            text(e.customer),
-            e.created_at
-        ),
-    )
+        e.org,
+        text(e.key),
+        text(e.user),
+        e.provider,
+        e.model,
+        e.cost,
+        text(e.customer),
+        e.created_at
+    ))
     .await;
     if let Some((k, v)) = e.tag {
-        exec_sql(
-            app,
-            &format!(
-                "INSERT INTO cost_event_tags (event_id, org_id, tag_key, tag_value, created_at) \
+        app.exec_sql(&format!(
+            "INSERT INTO cost_event_tags (event_id, org_id, tag_key, tag_value, created_at) \
                  VALUES ('{id}', '{}', '{k}', '{v}', {})",
-                e.org, e.created_at
-            ),
-        )
+            e.org, e.created_at
+        ))
         .await;
     }
 }

@@ -6,28 +6,13 @@
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly on the first surprise")]
 
-use diesel_async::AsyncConnection as _;
 use serde_json::{json, Value};
 
-use crate::support::{backend_is_postgres, read, Client, Resp, TestApp};
+use crate::support::{read, Client, Resp, TestApp};
 
 const DAY_MS: i64 = 86_400_000;
 const TRACE_1: &str = "0af7651916cd43dd8448eb211c80319c";
 const TRACE_2: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-
-/// Runs one SQL statement against the test's database.
-async fn exec(app: &TestApp, statement: &str) {
-    if backend_is_postgres() {
-        let mut conn = diesel_async::AsyncPgConnection::establish(&app.db.url).await.unwrap();
-        diesel_async::RunQueryDsl::execute(diesel::sql_query(statement), &mut conn).await.unwrap();
-    } else {
-        use diesel::Connection as _;
-        let path = app.db.url.strip_prefix("sqlite://").unwrap();
-        let mut conn = diesel::SqliteConnection::establish(path).unwrap();
-        diesel::connection::SimpleConnection::batch_execute(&mut conn, "PRAGMA busy_timeout = 5000").unwrap();
-        diesel::RunQueryDsl::execute(diesel::sql_query(statement), &mut conn).unwrap();
-    }
-}
 
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
@@ -126,25 +111,19 @@ async fn seed(app: &TestApp) -> Seed {
     let times = vec![now - 10 * DAY_MS, now - 4_000, now - 3_000, now - 2_000, now - 1_000];
     for (id, at) in events.iter().zip(&times) {
         let id = bare(id);
-        exec(app, &format!("UPDATE cost_events SET created_at = {at} WHERE id = '{id}'")).await;
-        exec(app, &format!("UPDATE cost_event_tags SET created_at = {at} WHERE event_id = '{id}'")).await;
+        app.exec_sql(&format!("UPDATE cost_events SET created_at = {at} WHERE id = '{id}'")).await;
+        app.exec_sql(&format!("UPDATE cost_event_tags SET created_at = {at} WHERE event_id = '{id}'")).await;
     }
     let last = bare(&events[4]);
-    exec(
-        app,
-        &format!(
-            "UPDATE cost_events SET api_key_id = NULL, estimated = TRUE, budget_status = 'denied' \
+    app.exec_sql(&format!(
+        "UPDATE cost_events SET api_key_id = NULL, estimated = TRUE, budget_status = 'denied' \
              WHERE id = '{last}'"
-        ),
-    )
+    ))
     .await;
-    exec(
-        app,
-        &format!(
-            "INSERT INTO cost_event_tags (event_id, org_id, tag_key, tag_value, created_at) \
+    app.exec_sql(&format!(
+        "INSERT INTO cost_event_tags (event_id, org_id, tag_key, tag_value, created_at) \
              SELECT id, org_id, '_svc_estimated', 'true', created_at FROM cost_events WHERE id = '{last}'"
-        ),
-    )
+    ))
     .await;
     Seed { owner, key_a, key_b, events, times }
 }
@@ -730,13 +709,10 @@ async fn tag_keys_are_recent_public_and_sorted() {
     // An older key only: outside the 7-day window.
     let first = bare(&s.events[0]);
     let old = now_ms() - 8 * DAY_MS;
-    exec(
-        &app,
-        &format!(
-            "INSERT INTO cost_event_tags (event_id, org_id, tag_key, tag_value, created_at) \
+    app.exec_sql(&format!(
+        "INSERT INTO cost_event_tags (event_id, org_id, tag_key, tag_value, created_at) \
              SELECT id, org_id, 'legacy', 'x', {old} FROM cost_events WHERE id = '{first}'"
-        ),
-    )
+    ))
     .await;
     let r = s.owner.get("/api/cost-events/tag-keys").await;
     assert_eq!(r.status, 200, "{r:?}");

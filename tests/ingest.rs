@@ -301,3 +301,44 @@ async fn acknowledged_events_survive_a_crash_exactly_once() {
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
+
+/// A daily budget whose period has elapsed is reset by the background sweep: spend
+/// back to zero and a new, UTC-aligned period start.
+#[tokio::test]
+async fn elapsed_periods_reset_spend() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (key_id, raw) = create_key(&owner, "sdk").await;
+    let r = owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 1_000_000, "resetInterval": "daily" }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let budget_id = r.body["id"].as_str().unwrap().trim_start_matches("svc_bgt_").to_owned();
+    let sdk = key_client(&app.server.control, &raw);
+    assert_eq!(sdk.post("/api/cost-events", event(4_000)).await.status, 201);
+    // Move the period two days back, as if the server had run across midnight.
+    let two_days_ago = chrono::Utc::now().timestamp_millis() - 2 * 86_400_000;
+    app.exec_sql(&format!(
+        "UPDATE budgets SET current_period_start = {two_days_ago} WHERE id = '{budget_id}'"
+    ))
+    .await;
+    let mut reset = None;
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        let list = owner.get("/api/budgets").await;
+        let b = list.body["data"][0].clone();
+        if b["spendMicrodollars"] == 0 {
+            reset = Some(b);
+            break;
+        }
+    }
+    let b = reset.expect("the sweep resets the budget within a few seconds");
+    let start = b["currentPeriodStart"].as_str().unwrap();
+    assert!(start.ends_with("T00:00:00.000Z"), "a rolled period starts at UTC midnight: {start}");
+    // New spend lands in the new period.
+    assert_eq!(sdk.post("/api/cost-events", event(10)).await.status, 201);
+    assert_eq!(owner.get("/api/budgets").await.body["data"][0]["spendMicrodollars"], 10);
+}

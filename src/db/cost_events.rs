@@ -71,6 +71,19 @@ pub fn outbox_event(org_id: &str, event_type: &str, object: serde_json::Value, n
     }
 }
 
+/// Writes outbox rows on their own (events not tied to a cost-event commit).
+pub async fn insert_outbox(pool: &Pool, rows: Vec<OutboxEvent>) -> DbResult<()> {
+    // One row at a time: diesel-async's SQLite path has no multi-row insert, and
+    // these events are rare.
+    crate::with_tx!(pool, |conn| {
+        use diesel_async::RunQueryDsl;
+        for row in &rows {
+            diesel::insert_into(event_outbox::table).values(row).execute(conn).await?;
+        }
+        Ok(())
+    })
+}
+
 /// Threshold percentages crossed upward when spend moved from `before` to `after`.
 pub fn crossed_thresholds(thresholds: &[i64], limit: i64, before: i64, after: i64) -> Vec<i64> {
     let (limit, before, after) = (i128::from(limit), i128::from(before), i128::from(after));

@@ -201,7 +201,10 @@ fn sqlite_path(url: &str) -> &str {
 /// acknowledged event must survive); a page cache of 64 MiB, memory-mapped reads and
 /// in-memory temp storage keep group commits from spilling and re-reading pages
 /// (profiling showed half the commit time in page I/O with the defaults).
-const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
+///
+/// `busy_timeout` comes first: switching to WAL takes a lock, and without the
+/// timeout a connection opened while another holds it fails at once.
+const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; \
      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; PRAGMA cache_size = -65536; \
      PRAGMA temp_store = MEMORY; PRAGMA mmap_size = 268435456;";
 

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 
@@ -280,6 +281,22 @@ impl TestApp {
             .expect("run user create");
         assert!(out.status.success(), "user create: {}", String::from_utf8_lossy(&out.stderr));
         self.login(email).await
+    }
+
+    /// Runs SQL straight against the test database, for state the API cannot
+    /// produce (old timestamps, estimated events, spend moved by the proxy).
+    pub async fn exec_sql(&self, sql: &str) {
+        if backend_is_postgres() {
+            let mut conn = AsyncPgConnection::establish(&self.db.url).await.expect("connect");
+            diesel_async::RunQueryDsl::execute(diesel::sql_query(sql), &mut conn).await.expect("execute");
+        } else {
+            use diesel::Connection as _;
+            let path = self.db.url.strip_prefix("sqlite://").expect("sqlite url");
+            let mut conn = diesel::SqliteConnection::establish(path).expect("connect");
+            diesel::connection::SimpleConnection::batch_execute(&mut conn, "PRAGMA busy_timeout = 5000")
+                .expect("pragma");
+            diesel::RunQueryDsl::execute(diesel::sql_query(sql), &mut conn).expect("execute");
+        }
     }
 
     pub async fn login(&self, email: &str) -> Client {
