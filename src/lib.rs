@@ -48,6 +48,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
         db::Pool::connect(&config.database_url, config.db_max_connections).map_err(io::Error::other)?;
     let state = AppState::new(config.clone(), pool).map_err(io::Error::other)?;
     let workers = config.workers;
+    state.pool.start_maintenance();
     periods::start(state.pool.clone(), state.budgets.clone());
 
     let mut servers = Vec::new();

@@ -268,7 +268,7 @@ pub async fn create_cost_event(
     let request_id = header_key
         .clone()
         .or_else(|| body.value.idempotency_key.clone())
-        .unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::new_v4()));
+        .unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::now_v7()));
     let input = body.value;
     idempotency::run(&state.pool, header_key, &key.key_hash, "/api/cost-events", &body.raw, || async {
         let event = to_new_event(&key, input, request_id, time::now_ms());
@@ -310,7 +310,7 @@ pub async fn create_cost_event_batch(
             .into_iter()
             .map(|e| {
                 let request_id =
-                    e.idempotency_key.clone().unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::new_v4()));
+                    e.idempotency_key.clone().unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::now_v7()));
                 to_new_event(&key, e, request_id, now)
             })
             .collect();

@@ -62,7 +62,7 @@ pub struct CommitResult {
 /// Builds an outbox row (the webhook `data.object` is `object`).
 pub fn outbox_event(org_id: &str, event_type: &str, object: serde_json::Value, now: i64) -> OutboxEvent {
     OutboxEvent {
-        id: uuid::Uuid::new_v4().to_string(),
+        id: crate::util::ids::new_id(),
         org_id: org_id.to_owned(),
         event_type: event_type.to_owned(),
         payload: object.to_string(),

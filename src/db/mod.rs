@@ -206,7 +206,10 @@ fn sqlite_path(url: &str) -> &str {
 /// timeout a connection opened while another holds it fails at once.
 const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; \
      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; PRAGMA cache_size = -65536; \
-     PRAGMA temp_store = MEMORY; PRAGMA mmap_size = 268435456;";
+     PRAGMA temp_store = MEMORY; PRAGMA mmap_size = 268435456; PRAGMA wal_autocheckpoint = 0;";
+
+/// How often the background checkpointer copies the WAL back into the database.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn sqlite_manager(path: &str) -> AsyncDieselConnectionManager<SqliteConn> {
     let mut config = ManagerConfig::<SqliteConn>::default();
@@ -261,6 +264,29 @@ impl Pool {
             Pool::Sqlite(_) => Backend::Sqlite,
             Pool::Pg(_) => Backend::Postgres,
         }
+    }
+
+    /// Starts background maintenance. On SQLite: WAL checkpoints. They would
+    /// otherwise run inside the writer's commit every 1,000 pages (with an fsync),
+    /// which profiling showed as a fifth of group-commit time; a PASSIVE checkpoint
+    /// on a reader connection never blocks the writer.
+    pub fn start_maintenance(&self) {
+        let Pool::Sqlite(pools) = self else { return };
+        let pools = pools.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+            loop {
+                tick.tick().await;
+                let result = async {
+                    let mut conn = pools.read().await?;
+                    conn.batch_execute("PRAGMA wal_checkpoint(PASSIVE)").await.map_err(DbError::from)
+                }
+                .await;
+                if let Err(e) = result {
+                    tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
+                }
+            }
+        });
     }
 
     /// A trivial round trip: readiness means the database answers.

@@ -13,9 +13,11 @@ pub const USER: &str = "svc_usr_";
 pub const TOOL_COST: &str = "svc_tc_";
 pub const ORG: &str = "svc_org_";
 
-/// A fresh bare UUID (v4) as stored in the database.
+/// A fresh bare UUID as stored in the database. Version 7 (time-ordered): new rows
+/// land at the right edge of their primary-key index instead of on a random page,
+/// which keeps group commits from dirtying (and writing to the WAL) one page per row.
 pub fn new_id() -> String {
-    Uuid::new_v4().to_string()
+    Uuid::now_v7().to_string()
 }
 
 pub fn prefixed(prefix: &str, raw: &str) -> String {
