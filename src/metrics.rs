@@ -1,17 +1,14 @@
 //! Operational metrics, kept in one Prometheus registry and exported at
 //! `/health/metrics` as Prometheus text or as JSON.
 
-use prometheus::{Encoder, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
-    /// HTTP responses by surface and status class.
-    pub http_responses: IntCounterVec,
-    /// Proxied requests whose model had no price (charged at the fallback estimate).
-    pub unknown_model_requests: IntCounterVec,
+    /// Budget-actor registry figures, refreshed from the registry at each scrape.
     pub live_actors: IntGauge,
-    pub actor_restarts: IntCounterVec,
+    pub registry_figures: IntGaugeVec,
 }
 
 impl Metrics {
@@ -19,23 +16,37 @@ impl Metrics {
     pub fn new() -> Self {
         let registry =
             Registry::new_custom(Some("spendgate".to_owned()), None).expect("valid registry prefix");
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
-            registry.register(Box::new(c.clone())).expect("unique counter");
-            c
-        };
-        let http_responses = counter("http_responses_total", "HTTP responses", &["surface", "status"]);
-        let unknown_model_requests = counter(
-            "unknown_model_requests_total",
-            "Requests for models missing from the pricing table",
-            &["provider"],
-        );
-        let actor_restarts =
-            counter("actor_restarts_total", "Budget actors restarted after a failure", &["kind"]);
         let live_actors =
             IntGauge::new("live_budget_actors", "Budget actors currently running").expect("valid gauge");
         registry.register(Box::new(live_actors.clone())).expect("unique gauge");
-        Metrics { registry, http_responses, unknown_model_requests, live_actors, actor_restarts }
+        let registry_gauges = IntGaugeVec::new(
+            Opts::new("budget_registry", "Budget actor registry: restarts, passivations, reaped and shed reservations, mailbox wait (ns)"),
+            &["figure"],
+        )
+        .expect("valid gauge");
+        registry.register(Box::new(registry_gauges.clone())).expect("unique gauge");
+        Metrics { registry, live_actors, registry_figures: registry_gauges }
+    }
+
+    /// Copies the budget registry's figures into the gauges (called before a scrape).
+    pub fn observe_registry(&self, stats: &actors::registry::RegistryStats) {
+        let clamp = |v: u128| i64::try_from(v).unwrap_or(i64::MAX);
+        self.live_actors.set(i64::try_from(stats.live_actors).unwrap_or(i64::MAX));
+        for (figure, value) in [
+            ("restarts", i128::from(stats.restarts)),
+            ("passivations", i128::from(stats.passivations)),
+            ("reaped_reservations", i128::from(stats.reaped)),
+            ("shed_reservations", i128::from(stats.shed)),
+            ("load_failures", i128::from(stats.load_failures)),
+        ] {
+            self.registry_figures.with_label_values(&[figure]).set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
+        self.registry_figures
+            .with_label_values(&["mailbox_wait_mean_ns"])
+            .set(clamp(stats.mailbox.mean().as_nanos()));
+        self.registry_figures
+            .with_label_values(&["mailbox_wait_max_ns"])
+            .set(clamp(stats.mailbox.max.as_nanos()));
     }
 
     /// Prometheus text exposition format.

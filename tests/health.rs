@@ -57,6 +57,9 @@ async fn proxy_health_routes() {
     }
     let r = p.get("/health/metrics").await;
     assert!(r.body.is_object(), "{r:?}");
+    for name in ["spendgate_live_budget_actors", "spendgate_budget_registry"] {
+        assert!(r.body.get(name).is_some(), "{name} missing: {r:?}");
+    }
     let r = crate::support::read(
         p.request(reqwest::Method::GET, "/health/metrics")
             .header("Accept", "text/plain")

@@ -31,6 +31,7 @@ pub async fn get_ready(state: web::Data<AppState>) -> HttpResponse {
 #[utoipa::path(get, path = "/health/metrics", tag = "proxy-health", responses((status = 200)))]
 #[get("/health/metrics")]
 pub async fn get_metrics(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    state.metrics.observe_registry(&state.budgets.registry().stats());
     let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if accept.contains("text/plain") || accept.contains("application/openmetrics-text") {
         HttpResponse::Ok()
