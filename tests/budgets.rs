@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{read, Client, Resp, TestApp, TestDb, PASSWORD};
+use crate::support::{create_key, read, Client, Resp, TestApp, TestDb, PASSWORD};
 
 const OWNER_ORG: &str = "owner@example.com's organization";
 const SECRET: &str = "internal-test-secret";
@@ -38,23 +38,8 @@ async fn whoami(c: &Client) -> (String, String) {
     (s(&r.body["data"]["user"]["id"]), s(&r.body["data"]["org"]["id"]))
 }
 
-/// Creates an API key; returns its id (`svc_key_…`) and raw key.
-async fn create_key(c: &Client, name: &str) -> (String, String) {
-    let r = c.post("/api/keys", json!({ "name": name })).await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let d = &r.body["data"];
-    (d["id"].as_str().unwrap().to_owned(), d["rawKey"].as_str().unwrap().to_owned())
-}
-
 async fn status(c: &Client, raw_key: &str) -> Resp {
-    read(
-        c.request(reqwest::Method::GET, "/api/budgets/status")
-            .header("X-Service-Key", raw_key)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
+    c.get_with_key("/api/budgets/status", raw_key).await
 }
 
 fn bare(prefixed: &str) -> &str {
@@ -63,13 +48,6 @@ fn bare(prefixed: &str) -> &str {
 
 fn ms(iso: &Value) -> i64 {
     chrono::DateTime::parse_from_rfc3339(iso.as_str().unwrap()).unwrap().timestamp_millis()
-}
-
-/// The paths of a validation error's issues.
-fn issue_paths(r: &Resp) -> Vec<Value> {
-    assert_eq!(r.status, 400, "{r:?}");
-    assert_eq!(r.code(), "validation_error", "{r:?}");
-    r.body["error"]["details"]["issues"].as_array().unwrap().iter().map(|i| i["path"].clone()).collect()
 }
 
 async fn set_spend(app: &TestApp, budget_id: &str, spend: i64) {
@@ -448,7 +426,7 @@ async fn upsert_validates_every_field() {
     ];
     for (body, path) in shape_cases {
         let r = upsert(&c, body.clone()).await;
-        let paths = issue_paths(&r);
+        let paths = r.issue_paths();
         assert_eq!(paths, vec![path], "{body}: {r:?}");
     }
 
@@ -485,19 +463,19 @@ async fn upsert_validates_every_field() {
     ];
     for (extra, field) in rule_cases {
         let r = upsert(&c, base(extra.clone())).await;
-        assert_eq!(issue_paths(&r), vec![json!([field])], "{extra}: {r:?}");
+        assert_eq!(r.issue_paths(), vec![json!([field])], "{extra}: {r:?}");
     }
     for (extra, path) in [
         (json!({ "thresholdPercentages": [0, 50] }), json!(["thresholdPercentages", "0"])),
         (json!({ "thresholdPercentages": [50, 101] }), json!(["thresholdPercentages", "1"])),
     ] {
         let r = upsert(&c, base(extra.clone())).await;
-        assert_eq!(issue_paths(&r), vec![path], "{extra}: {r:?}");
+        assert_eq!(r.issue_paths(), vec![path], "{extra}: {r:?}");
     }
 
     // Every problem is reported at once.
     let r = upsert(&c, base(json!({ "policy": "x", "resetInterval": "x", "loopMaxCalls": -1 }))).await;
-    assert_eq!(issue_paths(&r), vec![json!(["policy"]), json!(["resetInterval"]), json!(["loopMaxCalls"])]);
+    assert_eq!(r.issue_paths(), vec![json!(["policy"]), json!(["resetInterval"]), json!(["loopMaxCalls"])]);
 
     // Entity ids must match their type.
     let long_value = format!("k={}", "v".repeat(257));
@@ -520,7 +498,7 @@ async fn upsert_validates_every_field() {
         ("customer", long_customer.as_str()),
     ] {
         let r = upsert(&c, json!({ "entityType": kind, "entityId": id, "maxBudgetMicrodollars": 1 })).await;
-        assert_eq!(issue_paths(&r), vec![json!(["entityId"])], "{kind} {id}: {r:?}");
+        assert_eq!(r.issue_paths(), vec![json!(["entityId"])], "{kind} {id}: {r:?}");
     }
 
     // Boundaries that are allowed.

@@ -133,13 +133,6 @@ fn ids_of(r: &Resp) -> Vec<String> {
     r.body["data"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_owned()).collect()
 }
 
-/// The paths of a validation error's issues.
-fn issue_paths(r: &Resp) -> Vec<Value> {
-    assert_eq!(r.status, 400, "{r:?}");
-    assert_eq!(r.code(), "validation_error", "{r:?}");
-    r.body["error"]["details"]["issues"].as_array().unwrap().iter().map(|i| i["path"].clone()).collect()
-}
-
 fn pct(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>().replace('+', "%20")
 }
@@ -273,11 +266,11 @@ async fn list_rejects_bad_parameters_with_their_path() {
     ];
     for (query, path) in cases {
         let r = c.get(&format!("/api/cost-events?{query}")).await;
-        assert_eq!(issue_paths(&r), vec![path], "{query}");
+        assert_eq!(r.issue_paths(), vec![path], "{query}");
     }
     // Every problem is reported at once.
     let r = c.get("/api/cost-events?source=x&traceId=y&budgetStatus=z").await;
-    assert_eq!(issue_paths(&r).len(), 3);
+    assert_eq!(r.issue_paths().len(), 3);
 
     let anonymous = app.control();
     for path in [
@@ -311,7 +304,7 @@ async fn single_event_by_prefixed_or_raw_id_within_the_org() {
     }
     for bad in ["nope", "svc_evt_nope", "svc_key_2b0c6f5e-8d5f-4a47-9d2a-4f7e1c3b9a10"] {
         let r = s.owner.get(&format!("/api/cost-events/{bad}")).await;
-        assert_eq!(issue_paths(&r), vec![json!(["id"])], "{bad}");
+        assert_eq!(r.issue_paths(), vec![json!(["id"])], "{bad}");
     }
     let r = s.owner.get("/api/cost-events/svc_evt_2b0c6f5e-8d5f-4a47-9d2a-4f7e1c3b9a10").await;
     assert_eq!(r.status, 404, "{r:?}");
@@ -372,7 +365,7 @@ async fn sessions_list_and_detail() {
     assert_eq!(r.body["data"][0]["sessionId"], "sess-1", "{r:?}");
     assert!(r.body["cursor"].is_null(), "{r:?}");
     assert_eq!(
-        issue_paths(&s.owner.get("/api/cost-events/sessions?limit=101").await),
+        s.owner.get("/api/cost-events/sessions?limit=101").await.issue_paths(),
         vec![json!(["limit"])]
     );
 
@@ -402,11 +395,11 @@ async fn sessions_list_and_detail() {
     );
     let long = "s".repeat(201);
     assert_eq!(
-        issue_paths(&s.owner.get(&format!("/api/cost-events/sessions/{long}")).await),
+        s.owner.get(&format!("/api/cost-events/sessions/{long}")).await.issue_paths(),
         vec![json!(["sessionId"])]
     );
     assert!(s.owner.get(&format!("/api/cost-events/sessions/{}", "s".repeat(200))).await.status == 200);
-    assert_eq!(issue_paths(&s.owner.get("/api/cost-events/sessions/").await), vec![json!(["sessionId"])]);
+    assert_eq!(s.owner.get("/api/cost-events/sessions/").await.issue_paths(), vec![json!(["sessionId"])]);
 }
 
 #[tokio::test]
@@ -540,7 +533,7 @@ async fn summary_reports_every_breakdown() {
         ("excludeEstimated=yes", json!(["excludeEstimated"])),
     ] {
         let r = s.owner.get(&format!("/api/cost-events/summary?{query}")).await;
-        assert_eq!(issue_paths(&r), vec![path], "{query}");
+        assert_eq!(r.issue_paths(), vec![path], "{query}");
     }
 }
 
@@ -607,7 +600,7 @@ async fn attribution_groups_by_key_and_by_tag() {
     ];
     for (query, path) in cases {
         let r = s.owner.get(&format!("/api/cost-events/attribution?{query}")).await;
-        assert_eq!(issue_paths(&r), vec![path], "{query}");
+        assert_eq!(r.issue_paths(), vec![path], "{query}");
     }
     let r = s.owner.get("/api/cost-events/attribution?groupBy=api_key&limit=500").await;
     assert_eq!(r.status, 200, "{r:?}");
@@ -697,9 +690,9 @@ async fn attribution_detail_of_one_group() {
         assert_eq!(r.code(), "invalid_key", "{key}: {r:?}");
     }
     let r = s.owner.get(&format!("/api/cost-events/attribution/{}", s.key_a)).await;
-    assert_eq!(issue_paths(&r), vec![json!(["groupBy"])]);
+    assert_eq!(r.issue_paths(), vec![json!(["groupBy"])]);
     let r = s.owner.get(&format!("/api/cost-events/attribution/{}?groupBy=api_key&period=2d", s.key_a)).await;
-    assert_eq!(issue_paths(&r), vec![json!(["period"])]);
+    assert_eq!(r.issue_paths(), vec![json!(["period"])]);
 }
 
 #[tokio::test]
@@ -798,7 +791,7 @@ async fn export_writes_csv_with_the_spec_columns() {
     let r = s.owner.get("/api/cost-events/export?source=mcp&model=gpt-4o-mini").await;
     assert_eq!(r.text.lines().count(), 2, "{}", r.text);
     let r = s.owner.get("/api/cost-events/export?source=nowhere").await;
-    assert_eq!(issue_paths(&r), vec![json!(["source"])]);
+    assert_eq!(r.issue_paths(), vec![json!(["source"])]);
 }
 
 #[tokio::test]

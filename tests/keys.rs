@@ -20,14 +20,7 @@ async fn create_ok(c: &Client, name: &str) -> Value {
 }
 
 async fn introspect(c: &Client, raw: &str) -> Resp {
-    read(
-        c.request(reqwest::Method::GET, "/api/auth/introspect")
-            .header("X-Service-Key", raw)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
+    c.get_with_key("/api/auth/introspect", raw).await
 }
 
 fn raw_key(key: &Value) -> &str {
@@ -36,13 +29,6 @@ fn raw_key(key: &Value) -> &str {
 
 fn id(key: &Value) -> &str {
     key["id"].as_str().unwrap()
-}
-
-/// The paths of a validation error's issues.
-fn issue_paths(r: &Resp) -> Vec<Value> {
-    assert_eq!(r.status, 400, "{r:?}");
-    assert_eq!(r.code(), "validation_error", "{r:?}");
-    r.body["error"]["details"]["issues"].as_array().unwrap().iter().map(|i| i["path"].clone()).collect()
 }
 
 #[tokio::test]
@@ -254,13 +240,13 @@ async fn create_validates_every_field() {
     ];
     for (body, path) in cases {
         let r = create(&c, body.clone()).await;
-        assert_eq!(issue_paths(&r), vec![path], "{body}: {r:?}");
+        assert_eq!(r.issue_paths(), vec![path], "{body}: {r:?}");
     }
     // Missing name; several problems are reported together.
     let r = create(&c, json!({})).await;
     assert_eq!(r.code(), "validation_error");
     let r = create(&c, json!({ "name": "", "allowedProviders": ["x"], "allowedModels": [""] })).await;
-    assert_eq!(issue_paths(&r).len(), 3, "{r:?}");
+    assert_eq!(r.issue_paths().len(), 3, "{r:?}");
     let r = read(
         c.request(reqwest::Method::POST, "/api/keys")
             .header("Content-Type", "application/json")
@@ -347,7 +333,7 @@ async fn patch_changes_settings_and_validates() {
         (json!({ "requireCustomerId": null }), json!(["requireCustomerId"])),
     ] {
         let r = c.patch(&path, body.clone()).await;
-        assert_eq!(issue_paths(&r), vec![expected], "{body}: {r:?}");
+        assert_eq!(r.issue_paths(), vec![expected], "{body}: {r:?}");
     }
     // The failed updates changed nothing.
     assert_eq!(c.get("/api/keys").await.body["data"][0]["name"], "renamed");

@@ -183,6 +183,20 @@ impl Resp {
     }
 }
 
+impl Resp {
+    /// The paths of a validation error's issues (asserts it is one).
+    pub fn issue_paths(&self) -> Vec<Value> {
+        assert_eq!(self.status, 400, "{self:?}");
+        assert_eq!(self.code(), "validation_error", "{self:?}");
+        self.body["error"]["details"]["issues"]
+            .as_array()
+            .expect("issues")
+            .iter()
+            .map(|i| i["path"].clone())
+            .collect()
+    }
+}
+
 impl std::fmt::Debug for Resp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.status, self.text)
@@ -225,6 +239,12 @@ impl Client {
 
     pub async fn post_empty(&self, path: &str) -> Resp {
         read(self.http.post(self.url(path)).send().await.expect("request")).await
+    }
+
+    /// A GET with `X-Service-Key`.
+    pub async fn get_with_key(&self, path: &str, raw_key: &str) -> Resp {
+        read(self.http.get(self.url(path)).header("X-Service-Key", raw_key).send().await.expect("request"))
+            .await
     }
 
     /// A request builder for anything unusual (headers, raw bodies).
