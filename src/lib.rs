@@ -56,7 +56,10 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     if only != Some(Surface::Proxy) {
         let st = state.clone();
         let server = HttpServer::new(move || {
-            App::new().app_data(web::Data::new(st.clone())).configure(api::configure)
+            App::new()
+                .wrap(actix_web::middleware::from_fn(api::service_version))
+                .app_data(web::Data::new(st.clone()))
+                .configure(api::configure)
         })
         .workers(workers)
         .shutdown_timeout(10)

@@ -1,7 +1,5 @@
 //! Health, version, OpenAPI and the shared response conventions.
 
-use serde_json::Value;
-
 use crate::support::TestApp;
 
 #[tokio::test]
@@ -106,7 +104,6 @@ async fn openapi_document_lists_the_endpoints() {
     for p in ["/api/health", "/api/auth/login", "/health/ready"] {
         assert!(paths.contains_key(p), "{p} missing from {:?}", paths.keys().collect::<Vec<_>>());
     }
-    let _: &Value = &r.body;
 }
 
 #[tokio::test]
@@ -115,6 +112,10 @@ async fn unknown_control_paths_are_404_in_the_envelope() {
     let r = app.control().get("/api/does-not-exist").await;
     assert_eq!(r.status, 404);
     assert_eq!(r.code(), "not_found");
+    assert_eq!(r.header("service-version"), Some("2026-04-01"));
+    let outside = app.control().get("/not-api").await;
+    assert_eq!(outside.status, 404);
+    assert_eq!(outside.header("service-version"), Some("2026-04-01"), "every control-plane response");
     assert!(r.body["error"]["message"].is_string());
     assert!(r.body["error"].get("details").is_some());
 }

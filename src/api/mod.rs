@@ -13,7 +13,7 @@ pub mod orgs;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::middleware::{from_fn, Next};
+use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, HttpResponse};
 
 use crate::error::{ApiError, ErrorCode};
@@ -31,9 +31,11 @@ pub fn is_api_version(v: &str) -> bool {
     v.len() == 10 && chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d").is_ok()
 }
 
+/// Wraps the whole control-plane app (see `crate::serve`), so every response of
+/// the listener carries `Service-Version`, 404s outside `/api` included.
 /// Resolution order: the request's `Service-Version`, then the key's version
 /// setting, then the current default. Also reports the per-key rate limit.
-async fn service_version(
+pub async fn service_version(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
@@ -68,7 +70,6 @@ async fn not_found() -> Result<HttpResponse, ApiError> {
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/api")
-            .wrap(from_fn(service_version))
             .configure(health::configure)
             .configure(auth::configure)
             .configure(orgs::configure)
