@@ -119,27 +119,11 @@ async fn operator_cli_adds_users_to_named_orgs_and_switch_org_works() {
 async fn non_json_bodies_are_415_and_oversize_is_413() {
     let app = TestApp::start().await;
     let c = app.control();
-    let r = crate::support::read(
-        c.request(reqwest::Method::POST, "/api/auth/login")
-            .header("Content-Type", "text/plain")
-            .body("x")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let r = c.post_raw("/api/auth/login", "text/plain", "x").await;
     assert_eq!(r.status, 415, "{r:?}");
     assert_eq!(r.code(), "unsupported_media_type");
     let big = format!("{{\"email\":\"{}\",\"password\":\"x\"}}", "a".repeat(1_048_600));
-    let r = crate::support::read(
-        c.request(reqwest::Method::POST, "/api/auth/login")
-            .header("Content-Type", "application/json")
-            .body(big)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let r = c.post_raw("/api/auth/login", "application/json", big).await;
     assert_eq!(r.status, 413, "{r:?}");
     assert_eq!(r.code(), "payload_too_large");
 }

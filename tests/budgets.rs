@@ -529,25 +529,9 @@ async fn upsert_validates_every_field() {
     }
 
     // Malformed JSON and non-JSON bodies.
-    let r = read(
-        c.request(reqwest::Method::POST, "/api/budgets")
-            .header("Content-Type", "application/json")
-            .body("{")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let r = c.post_raw("/api/budgets", "application/json", "{").await;
     assert_eq!(r.code(), "invalid_json", "{r:?}");
-    let r = read(
-        c.request(reqwest::Method::POST, "/api/budgets")
-            .header("Content-Type", "text/plain")
-            .body("x")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let r = c.post_raw("/api/budgets", "text/plain", "x").await;
     assert_eq!(r.status, 415, "{r:?}");
 
     // Nothing invalid was stored: the four successful upserts only.

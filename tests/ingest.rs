@@ -112,25 +112,9 @@ async fn ingest_validates_auth_type_size_and_fields() {
     assert_eq!(anon.status, 401);
     assert_eq!(anon.code(), "authentication_required");
 
-    let r = read(
-        sdk.request(reqwest::Method::POST, "/api/cost-events")
-            .header("Content-Type", "text/plain")
-            .body("{}")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let r = sdk.post_raw("/api/cost-events", "text/plain", "{}").await;
     assert_eq!(r.status, 415, "{r:?}");
-    let r = read(
-        sdk.request(reqwest::Method::POST, "/api/cost-events")
-            .header("Content-Type", "application/json")
-            .body("{")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let r = sdk.post_raw("/api/cost-events", "application/json", "{").await;
     assert_eq!(r.code(), "invalid_json");
     let big = json!({ "provider": "openai", "model": "x".repeat(1_100_000), "inputTokens": 1, "outputTokens": 1, "costMicrodollars": 1 });
     let r = sdk.post("/api/cost-events", big).await;

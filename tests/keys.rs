@@ -247,15 +247,7 @@ async fn create_validates_every_field() {
     assert_eq!(r.code(), "validation_error");
     let r = create(&c, json!({ "name": "", "allowedProviders": ["x"], "allowedModels": [""] })).await;
     assert_eq!(r.issue_paths().len(), 3, "{r:?}");
-    let r = read(
-        c.request(reqwest::Method::POST, "/api/keys")
-            .header("Content-Type", "application/json")
-            .body("{")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let r = c.post_raw("/api/keys", "application/json", "{").await;
     assert_eq!(r.code(), "invalid_json", "{r:?}");
 
     // The limits themselves are accepted; the name is stored trimmed.

@@ -241,6 +241,20 @@ impl Client {
         read(self.http.post(self.url(path)).send().await.expect("request")).await
     }
 
+    /// A POST of a raw body with an explicit content type (415/413/invalid-JSON cases).
+    pub async fn post_raw(&self, path: &str, content_type: &str, body: impl Into<reqwest::Body>) -> Resp {
+        read(
+            self.http
+                .post(self.url(path))
+                .header("Content-Type", content_type)
+                .body(body)
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await
+    }
+
     /// A GET with `X-Service-Key`.
     pub async fn get_with_key(&self, path: &str, raw_key: &str) -> Resp {
         read(self.http.get(self.url(path)).header("X-Service-Key", raw_key).send().await.expect("request"))
