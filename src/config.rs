@@ -40,6 +40,18 @@ pub struct Config {
     pub session_ttl: Duration,
     pub pricing_file: Option<PathBuf>,
     pub build_sha: String,
+    /// Longest wait for upstream response headers, and between two chunks of a stream.
+    pub upstream_timeout: Duration,
+    pub upstream_connect_timeout: Duration,
+    /// Reservations are also held in the database so that several instances on one
+    /// PostgreSQL never together pass a strict budget (default: on for PostgreSQL).
+    pub shared_budgets: bool,
+    /// Governed (proxied) requests per calendar month, per tier; `None` = unlimited.
+    /// Free hard-blocks at its cap; paid tiers are alerted once per month.
+    pub governed_request_caps: [Option<i64>; 4],
+    /// Where a blocked Free organization is told to upgrade, and to self-host.
+    pub upgrade_url: Option<String>,
+    pub self_host_url: Option<String>,
 }
 
 /// One setting's raw value and where it came from, for error messages.
@@ -87,6 +99,15 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("actor_restart_backoff_ms", "first restart backoff of a failed actor (default 100)"),
     ("session_ttl_hours", "dashboard session lifetime (default 168)"),
     ("pricing_file", "JSON file of model prices that overrides the built-in table"),
+    ("upstream_timeout_secs", "longest wait for upstream response headers and between stream chunks (default 300)"),
+    ("upstream_connect_timeout_ms", "upstream connect timeout (default 10000)"),
+    ("shared_budgets", "1 = hold reservations in the database for several instances (default: 1 on PostgreSQL)"),
+    ("governed_requests_free", "proxied requests per month on the Free tier, hard cap; 0 = unlimited (default 10000)"),
+    ("governed_requests_pro", "proxied requests per month on Pro before an alert; 0 = unlimited (default 1000000)"),
+    ("governed_requests_scale", "proxied requests per month on Scale before an alert; 0 = unlimited (default 10000000)"),
+    ("governed_requests_enterprise", "proxied requests per month on Enterprise; 0 = unlimited (default 0)"),
+    ("upgrade_url", "upgrade link shown when the Free cap blocks (default none)"),
+    ("self_host_url", "self-hosting link shown when the Free cap blocks (default none)"),
 ];
 
 impl Config {
@@ -131,6 +152,7 @@ impl Config {
             return Err(r.bad("database_url", "sqlite://PATH or postgres://USER@HOST/DB"));
         }
         let dev = r.flag("dev")?;
+        let database_url_for_default = database_url.clone();
         let config = Config {
             database_url,
             control_addr: r.addr("control_addr", "127.0.0.1:3000")?,
@@ -160,6 +182,20 @@ impl Config {
             session_ttl: Duration::from_secs(3600 * r.positive::<u64>("session_ttl_hours", 168)?),
             pricing_file: r.optional("pricing_file").map(PathBuf::from),
             build_sha: option_env!("SPENDGATE_BUILD_SHA").unwrap_or("dev").to_owned(),
+            upstream_timeout: Duration::from_secs(r.positive("upstream_timeout_secs", 300)?),
+            upstream_connect_timeout: Duration::from_millis(r.positive("upstream_connect_timeout_ms", 10_000)?),
+            shared_budgets: match r.optional("shared_budgets") {
+                None => crate::db::backend_of(&database_url_for_default).is_some_and(|b| b == crate::db::Backend::Postgres),
+                Some(_) => r.flag("shared_budgets")?,
+            },
+            governed_request_caps: [
+                cap(r.number("governed_requests_free", 10_000i64)?),
+                cap(r.number("governed_requests_pro", 1_000_000i64)?),
+                cap(r.number("governed_requests_scale", 10_000_000i64)?),
+                cap(r.number("governed_requests_enterprise", 0i64)?),
+            ],
+            upgrade_url: r.optional("upgrade_url"),
+            self_host_url: r.optional("self_host_url"),
         };
         if let Some(path) = &config.pricing_file {
             if !path.exists() {
@@ -167,6 +203,24 @@ impl Config {
             }
         }
         Ok(config)
+    }
+}
+
+/// A cap setting: 0 (or less) means unlimited.
+fn cap(value: i64) -> Option<i64> {
+    (value > 0).then_some(value)
+}
+
+impl Config {
+    /// The governed-request cap of a tier per calendar month.
+    pub fn governed_request_cap(&self, plan: Plan) -> Option<i64> {
+        let index = match plan {
+            Plan::Free => 0,
+            Plan::Pro => 1,
+            Plan::Scale => 2,
+            Plan::Enterprise => 3,
+        };
+        self.governed_request_caps[index]
     }
 }
 

@@ -232,8 +232,10 @@ fn to_new_event(key: &KeyIdentity, e: CostEventInput, request_id: String, now: i
         action_id: None,
         estimated,
         created_at: now,
+        tool_calls_requested: None,
+        tool_definition_tokens: 0,
     };
-    NewCostEvent { row, tags, targets, outbox: Vec::new() }
+    NewCostEvent { row, tags, targets, outbox: Vec::new(), holds: Vec::new(), body: None }
 }
 
 fn outcome_json(o: &Outcome) -> (bool, serde_json::Value) {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::db::models::{CostEvent, CostEventTag, OutboxEvent};
-use crate::db::schema::{budgets, cost_event_tags, cost_events, event_outbox};
+use crate::db::schema::{budgets, cost_event_bodies, cost_event_tags, cost_events, event_outbox};
 use crate::db::{DbResult, Pool};
 use diesel::{ExpressionMethods, QueryDsl};
 
@@ -30,6 +30,11 @@ pub struct NewCostEvent {
     pub targets: Vec<BudgetTarget>,
     /// Extra outbox events caused by the same request (denials, ...).
     pub outbox: Vec<OutboxEvent>,
+    /// Shared reservations (PostgreSQL, several instances) this event settles: freed in
+    /// the same transaction that adds its spend.
+    pub holds: Vec<crate::db::shared_budgets::SharedHold>,
+    /// Request/response bodies to keep with the event (Pro and above).
+    pub body: Option<crate::db::models::CostEventBody>,
 }
 
 /// What became of one event.
@@ -132,6 +137,9 @@ macro_rules! commit_statements {
         for chunk in plan.tags.chunks(INSERT_CHUNK * 3) {
             diesel::insert_into(cost_event_tags::table).values(chunk).on_conflict_do_nothing().execute($conn) $($aw)* ?;
         }
+        for body in &plan.bodies {
+            diesel::insert_into(cost_event_bodies::table).values(body).on_conflict_do_nothing().execute($conn) $($aw)* ?;
+        }
         let mut outbox = plan.outbox;
         let mut changes = Vec::new();
         for (target, (added, contributions)) in plan.sums {
@@ -197,6 +205,7 @@ pub async fn commit_batch(
 /// per budget target (with each contribution, in order, for threshold events).
 struct InsertPlan {
     tags: Vec<CostEventTag>,
+    bodies: Vec<crate::db::models::CostEventBody>,
     outbox: Vec<OutboxEvent>,
     sums: BTreeMap<BudgetTarget, (i64, Vec<(i64, String)>)>,
 }
@@ -206,7 +215,7 @@ fn plan_inserted(
     inserted: &std::collections::HashSet<String>,
     now: i64,
 ) -> InsertPlan {
-    let mut plan = InsertPlan { tags: Vec::new(), outbox: Vec::new(), sums: BTreeMap::new() };
+    let mut plan = InsertPlan { tags: Vec::new(), bodies: Vec::new(), outbox: Vec::new(), sums: BTreeMap::new() };
     for e in events.iter().filter(|e| inserted.contains(&e.row.id)) {
         for (k, v) in &e.tags {
             plan.tags.push(CostEventTag {
@@ -222,6 +231,7 @@ fn plan_inserted(
             entry.0 = entry.0.saturating_add(e.row.cost_microdollars);
             entry.1.push((e.row.cost_microdollars, e.row.request_id.clone()));
         }
+        plan.bodies.extend(e.body.iter().cloned());
         plan.outbox.push(outbox_event(&e.row.org_id, "cost_event.created", cost_event_object(&e.row), now));
         plan.outbox.extend(e.outbox.iter().cloned());
     }
@@ -283,8 +293,12 @@ pub fn cost_event_object(e: &CostEvent) -> serde_json::Value {
         "trace_id": e.trace_id,
         "tool_name": e.tool_name,
         "tool_server": e.tool_server,
-        "tool_calls_requested": serde_json::Value::Null,
-        "tool_definition_tokens": 0,
+        "tool_calls_requested": e
+            .tool_calls_requested
+            .as_deref()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+            .unwrap_or(serde_json::Value::Null),
+        "tool_definition_tokens": e.tool_definition_tokens,
         "api_key_id": e.api_key_id.as_deref().map(|k| crate::util::ids::prefixed(crate::util::ids::API_KEY, k)),
         "source": e.source,
         "tags": tags,

@@ -18,6 +18,7 @@ pub mod keys;
 pub mod models;
 pub mod orgs;
 pub mod schema;
+pub mod shared_budgets;
 pub mod users;
 
 use std::time::Duration;

@@ -154,6 +154,22 @@ pub struct CostEvent {
     pub action_id: Option<String>,
     pub estimated: bool,
     pub created_at: i64,
+    /// JSON array of `{ name, id }` (proxied calls whose response asked for tools).
+    pub tool_calls_requested: Option<String>,
+    pub tool_definition_tokens: i64,
+}
+
+/// Request and response bodies of a proxied call (Pro and above), each capped at 1 MB.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = cost_event_bodies, treat_none_as_default_value = false)]
+pub struct CostEventBody {
+    pub event_id: String,
+    pub org_id: String,
+    pub request_body: Option<String>,
+    pub response_body: Option<String>,
+    pub request_truncated: bool,
+    pub response_truncated: bool,
+    pub created_at: i64,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]

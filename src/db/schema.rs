@@ -157,6 +157,20 @@ diesel::table! {
         action_id -> Nullable<Text>,
         estimated -> Bool,
         created_at -> BigInt,
+        tool_calls_requested -> Nullable<Text>,
+        tool_definition_tokens -> BigInt,
+    }
+}
+
+diesel::table! {
+    cost_event_bodies (event_id) {
+        event_id -> Text,
+        org_id -> Text,
+        request_body -> Nullable<Text>,
+        response_body -> Nullable<Text>,
+        request_truncated -> Bool,
+        response_truncated -> Bool,
+        created_at -> BigInt,
     }
 }
 
@@ -205,6 +219,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     budget_reservations,
     cost_events,
     cost_event_tags,
+    cost_event_bodies,
     event_outbox,
     idempotency_keys,
 );
