@@ -185,8 +185,9 @@ impl BudgetService {
             .iter()
             .filter_map(|c| {
                 let t: EntityType = c.target.entity_type.parse().ok()?;
-                Some((EntityKey::new(c.target.org_id.clone(), t, c.target.entity_id.clone()), c.added))
+                Some((EntityKey::new(c.target.org_id.clone(), t, c.target.entity_id.clone()), c.unreserved))
             })
+            .filter(|(_, amount)| *amount != 0)
             .collect();
         if keys.is_empty() {
             return;

@@ -99,12 +99,27 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("actor_restart_backoff_ms", "first restart backoff of a failed actor (default 100)"),
     ("session_ttl_hours", "dashboard session lifetime (default 168)"),
     ("pricing_file", "JSON file of model prices that overrides the built-in table"),
-    ("upstream_timeout_secs", "longest wait for upstream response headers and between stream chunks (default 300)"),
+    (
+        "upstream_timeout_secs",
+        "longest wait for upstream response headers and between stream chunks (default 300)",
+    ),
     ("upstream_connect_timeout_ms", "upstream connect timeout (default 10000)"),
-    ("shared_budgets", "1 = hold reservations in the database for several instances (default: 1 on PostgreSQL)"),
-    ("governed_requests_free", "proxied requests per month on the Free tier, hard cap; 0 = unlimited (default 10000)"),
-    ("governed_requests_pro", "proxied requests per month on Pro before an alert; 0 = unlimited (default 1000000)"),
-    ("governed_requests_scale", "proxied requests per month on Scale before an alert; 0 = unlimited (default 10000000)"),
+    (
+        "shared_budgets",
+        "1 = hold reservations in the database for several instances (default: 1 on PostgreSQL)",
+    ),
+    (
+        "governed_requests_free",
+        "proxied requests per month on the Free tier, hard cap; 0 = unlimited (default 10000)",
+    ),
+    (
+        "governed_requests_pro",
+        "proxied requests per month on Pro before an alert; 0 = unlimited (default 1000000)",
+    ),
+    (
+        "governed_requests_scale",
+        "proxied requests per month on Scale before an alert; 0 = unlimited (default 10000000)",
+    ),
     ("governed_requests_enterprise", "proxied requests per month on Enterprise; 0 = unlimited (default 0)"),
     ("upgrade_url", "upgrade link shown when the Free cap blocks (default none)"),
     ("self_host_url", "self-hosting link shown when the Free cap blocks (default none)"),
@@ -183,9 +198,12 @@ impl Config {
             pricing_file: r.optional("pricing_file").map(PathBuf::from),
             build_sha: option_env!("SPENDGATE_BUILD_SHA").unwrap_or("dev").to_owned(),
             upstream_timeout: Duration::from_secs(r.positive("upstream_timeout_secs", 300)?),
-            upstream_connect_timeout: Duration::from_millis(r.positive("upstream_connect_timeout_ms", 10_000)?),
+            upstream_connect_timeout: Duration::from_millis(
+                r.positive("upstream_connect_timeout_ms", 10_000)?,
+            ),
             shared_budgets: match r.optional("shared_budgets") {
-                None => crate::db::backend_of(&database_url_for_default).is_some_and(|b| b == crate::db::Backend::Postgres),
+                None => crate::db::backend_of(&database_url_for_default)
+                    .is_some_and(|b| b == crate::db::Backend::Postgres),
                 Some(_) => r.flag("shared_budgets")?,
             },
             governed_request_caps: [

@@ -45,6 +45,10 @@ pub enum ErrorCode {
     InternalError,
     ServiceUnavailable,
     RequestInProgress,
+    /// The proxy could not reach the provider, or the connection failed.
+    UpstreamError,
+    /// The provider did not answer within the upstream timeout.
+    UpstreamTimeout,
 }
 
 impl ErrorCode {
@@ -75,6 +79,8 @@ impl ErrorCode {
             | Self::LoopDetected
             | Self::PlanLimitExceeded => StatusCode::TOO_MANY_REQUESTS,
             Self::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::UpstreamError => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::ServiceUnavailable | Self::RequestInProgress | Self::IdempotencyUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

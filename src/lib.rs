@@ -50,6 +50,9 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     let workers = config.workers;
     state.pool.start_maintenance();
     periods::start(state.pool.clone(), state.budgets.clone());
+    if state.config.shared_budgets {
+        db::shared_budgets::start_reaper(state.pool.clone());
+    }
 
     let mut servers = Vec::new();
     let mut ready = Vec::new();

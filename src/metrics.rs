@@ -1,7 +1,7 @@
 //! Operational metrics, kept in one Prometheus registry and exported at
 //! `/health/metrics` as Prometheus text or as JSON.
 
-use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -9,6 +9,12 @@ pub struct Metrics {
     /// Budget-actor registry figures, refreshed from the registry at each scrape.
     pub live_actors: IntGauge,
     pub registry_figures: IntGaugeVec,
+    /// Proxied requests by provider and outcome (`ok`, `upstream_error`, `denied`,
+    /// `cancelled`, `failed`).
+    pub proxy_requests: IntCounterVec,
+    /// Proxied calls charged at an estimate, by reason (`unknown_model`, `no_usage`,
+    /// `cancelled`, `stream_error`).
+    pub proxy_estimated: IntCounterVec,
 }
 
 impl Metrics {
@@ -25,7 +31,19 @@ impl Metrics {
         )
         .expect("valid gauge");
         registry.register(Box::new(registry_gauges.clone())).expect("unique gauge");
-        Metrics { registry, live_actors, registry_figures: registry_gauges }
+        let proxy_requests = IntCounterVec::new(
+            Opts::new("proxy_requests_total", "Proxied requests by provider and outcome"),
+            &["provider", "outcome"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(proxy_requests.clone())).expect("unique counter");
+        let proxy_estimated = IntCounterVec::new(
+            Opts::new("proxy_estimated_total", "Proxied calls charged at their estimate, by reason"),
+            &["reason"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(proxy_estimated.clone())).expect("unique counter");
+        Metrics { registry, live_actors, registry_figures: registry_gauges, proxy_requests, proxy_estimated }
     }
 
     /// Copies the budget registry's figures into the gauges (called before a scrape).

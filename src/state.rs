@@ -8,6 +8,7 @@ use crate::budgets::BudgetService;
 use crate::config::Config;
 use crate::db::Pool;
 use crate::metrics::Metrics;
+use crate::proxy::pricing::PricingTable;
 use crate::ratelimit::RateLimiters;
 
 /// Shared, cheaply cloneable application state.
@@ -22,6 +23,12 @@ pub struct Inner {
     pub writer: AccountingWriter,
     pub rate_limits: RateLimiters,
     pub metrics: Metrics,
+    /// Model prices: the built-in table with the operator's file over it.
+    pub pricing: Arc<PricingTable>,
+    /// Governed-request counters per organization (plan caps).
+    pub plan_usage: crate::proxy::plan::PlanUsage,
+    /// Identifies this process in shared reservations.
+    pub instance_id: String,
     pub started_at_ms: i64,
     /// The proxy listener's bound address (known after bind; port 0 resolves then).
     pub proxy_bound: std::sync::OnceLock<std::net::SocketAddr>,
@@ -32,6 +39,7 @@ impl AppState {
     /// actors). Must run inside the actix system.
     pub fn new(config: Config, pool: Pool) -> Result<Self, String> {
         let metrics = Metrics::new();
+        let pricing = load_pricing(&config)?;
         let budgets = BudgetService::start(
             pool.clone(),
             actors::registry::RegistryConfig {
@@ -58,10 +66,26 @@ impl AppState {
             writer,
             rate_limits,
             metrics,
+            pricing: Arc::new(pricing),
+            plan_usage: crate::proxy::plan::PlanUsage::default(),
+            instance_id: crate::util::ids::new_id(),
             started_at_ms: crate::util::time::now_ms(),
             proxy_bound: std::sync::OnceLock::new(),
         })))
     }
+}
+
+/// The built-in price table, with the operator's `pricing_file` merged over it.
+fn load_pricing(config: &Config) -> Result<PricingTable, String> {
+    let mut table = PricingTable::builtin().map_err(|e| e.to_string())?;
+    if let Some(path) = &config.pricing_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read pricing_file {}: {e}", path.display()))?;
+        let overrides = PricingTable::from_json_str(&text)
+            .map_err(|e| format!("pricing_file {}: {e}", path.display()))?;
+        table.merge(overrides);
+    }
+    Ok(table)
 }
 
 impl AppState {

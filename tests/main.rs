@@ -7,8 +7,11 @@ mod support;
 
 mod auth;
 mod budgets;
+mod cluster;
 mod cost_events;
 mod health;
 mod ingest;
 mod keys;
+mod mock_selftest;
 mod orgs;
+mod proxy;

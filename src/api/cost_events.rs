@@ -808,6 +808,39 @@ pub async fn get_cost_event(
     Ok(HttpResponse::Ok().json(CostEventEnvelope { data: CostEventView::from(&row) }))
 }
 
+/// The request and response bodies kept for a proxied call (Pro and above; 1 MB each,
+/// longer streams truncated in storage).
+#[utoipa::path(get, path = "/api/cost-events/{id}/bodies", tag = "cost-events",
+    params(("id" = String, Path, description = "`svc_evt_<uuid>` or a bare UUID")),
+    description = "Session, viewer and above, Pro tier and above. `{ data: { eventId, requestBody, responseBody, \
+        requestTruncated, responseTruncated, createdAt } }`; 404 when the event has no recorded bodies.",
+    responses((status = 200, description = "the bodies"), (status = 403, description = "forbidden (Free tier)"),
+        (status = 404, description = "not_found")))]
+#[get("/cost-events/{id}/bodies")]
+pub async fn get_cost_event_bodies(
+    state: web::Data<AppState>,
+    auth: SessionAuth,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    auth.require(Role::Viewer)?;
+    if !auth.plan().is_paid() {
+        return Err(ApiError::forbidden("Request and response bodies are kept on Pro and above"));
+    }
+    let id = ids::parse_prefixed_or_raw(ids::COST_EVENT, &path)
+        .ok_or_else(|| ApiError::invalid_field(&["id"], "must be svc_evt_<uuid> or a UUID"))?;
+    let body = queries::find_bodies(&state.pool, &auth.org.id, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("Cost event bodies"))?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "data": {
+        "eventId": ids::prefixed(ids::COST_EVENT, &body.event_id),
+        "requestBody": body.request_body,
+        "responseBody": body.response_body,
+        "requestTruncated": body.request_truncated,
+        "responseTruncated": body.response_truncated,
+        "createdAt": time::iso(body.created_at),
+    }})))
+}
+
 /// Lists the organization's sessions, the most recently active first.
 #[utoipa::path(get, path = "/api/cost-events/sessions", tag = "cost-events", params(ListSessionsQuery),
     description = "Session, viewer and above. The cursor is `{ createdAt, id }` holding the last row's \
@@ -1234,6 +1267,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(get_attribution_detail)
         .service(list_tag_keys)
         .service(export_cost_events)
+        .service(get_cost_event_bodies)
         .service(get_cost_event);
 }
 
@@ -1241,6 +1275,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 #[openapi(paths(
     list_cost_events,
     get_cost_event,
+    get_cost_event_bodies,
     list_sessions,
     get_session,
     get_summary,

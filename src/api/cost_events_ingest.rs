@@ -235,7 +235,7 @@ fn to_new_event(key: &KeyIdentity, e: CostEventInput, request_id: String, now: i
         tool_calls_requested: None,
         tool_definition_tokens: 0,
     };
-    NewCostEvent { row, tags, targets, outbox: Vec::new(), holds: Vec::new(), body: None }
+    NewCostEvent { row, tags, targets, outbox: Vec::new(), holds: Vec::new(), reserved: false, body: None }
 }
 
 fn outcome_json(o: &Outcome) -> (bool, serde_json::Value) {

@@ -9,6 +9,7 @@ pub mod health;
 pub mod keys;
 pub mod openapi;
 pub mod orgs;
+pub mod policy;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -78,6 +79,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(budgets::configure)
             .configure(cost_events_ingest::configure)
             .configure(cost_events::configure)
+            .configure(policy::configure)
             .configure(openapi::configure)
             .default_service(web::to(not_found)),
     )

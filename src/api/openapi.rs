@@ -23,6 +23,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         super::budgets::ApiDoc::openapi(),
         super::cost_events::ApiDoc::openapi(),
         super::cost_events_ingest::ApiDoc::openapi(),
+        super::policy::ApiDoc::openapi(),
         crate::proxy::ApiDoc::openapi(),
     ] {
         doc.merge(part);

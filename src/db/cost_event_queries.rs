@@ -777,6 +777,45 @@ pub async fn key_names(pool: &Pool, org_id: &str, ids: &[String]) -> DbResult<Ve
     })
 }
 
+/// The bodies recorded with one event of the organization.
+pub async fn find_bodies(
+    pool: &Pool,
+    org_id: &str,
+    id: &str,
+) -> DbResult<Option<crate::db::models::CostEventBody>> {
+    use crate::db::schema::cost_event_bodies;
+    crate::with_conn!(pool, read, |conn| {
+        let row = cost_event_bodies::table
+            .filter(cost_event_bodies::org_id.eq(org_id))
+            .filter(cost_event_bodies::event_id.eq(id))
+            .select(crate::db::models::CostEventBody::as_select())
+            .first(conn)
+            .await
+            .optional()?;
+        Ok(row)
+    })
+}
+
+/// The id and creation time of the event recorded for (provider, request id), if any.
+pub async fn find_by_request(
+    pool: &Pool,
+    org_id: &str,
+    provider: &str,
+    request_id: &str,
+) -> DbResult<Option<(String, i64)>> {
+    crate::with_conn!(pool, read, |conn| {
+        let row = cost_events::table
+            .filter(cost_events::org_id.eq(org_id))
+            .filter(cost_events::provider.eq(provider))
+            .filter(cost_events::request_id.eq(request_id))
+            .select((cost_events::id, cost_events::created_at))
+            .first(conn)
+            .await
+            .optional()?;
+        Ok(row)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,9 @@ pub struct NewCostEvent {
     /// Shared reservations (PostgreSQL, several instances) this event settles: freed in
     /// the same transaction that adds its spend.
     pub holds: Vec<crate::db::shared_budgets::SharedHold>,
+    /// The proxy reserved this cost on the budget actors and settles it there itself
+    /// after the commit; the writer must not count it on the actors again.
+    pub reserved: bool,
     /// Request/response bodies to keep with the event (Pro and above).
     pub body: Option<crate::db::models::CostEventBody>,
 }
@@ -56,6 +59,9 @@ pub enum Outcome {
 pub struct SpendChange {
     pub target: BudgetTarget,
     pub added: i64,
+    /// The part of `added` from events without a reservation (SDK events); the rest is
+    /// settled on the actors by the proxy request that reserved it.
+    pub unreserved: i64,
     pub spend_after: i64,
 }
 
@@ -140,9 +146,21 @@ macro_rules! commit_statements {
         for body in &plan.bodies {
             diesel::insert_into(cost_event_bodies::table).values(body).on_conflict_do_nothing().execute($conn) $($aw)* ?;
         }
+        // The shared holds of every event in the batch (inserted or duplicate: a
+        // duplicate's request held budget too) leave `reserved` in this transaction:
+        // their rows are deleted now, before any budget row is locked, and each
+        // budget's reserved goes down in lock order, interleaved with the spend updates.
+        let mut freed = crate::db::shared_budgets::take_holds!(
+            $conn, $events.iter().flat_map(|e| e.holds.iter()), $($aw)*
+        )
+        .into_iter()
+        .peekable();
         let mut outbox = plan.outbox;
         let mut changes = Vec::new();
-        for (target, (added, contributions)) in plan.sums {
+        for (target, (added, contributions, unreserved)) in plan.sums {
+            crate::db::shared_budgets::free_upto!(
+                $conn, freed, Some((target.org_id.as_str(), target.entity_type, target.entity_id.as_str())), $($aw)*
+            );
             if added == 0 {
                 continue;
             }
@@ -157,9 +175,10 @@ macro_rules! commit_statements {
             .get_results($conn) $($aw)* ?;
             for (spend_after, limit, thresholds) in updated {
                 outbox.extend(threshold_events(&target, &contributions, spend_after - added, limit, &thresholds, $now));
-                changes.push(SpendChange { target: target.clone(), added, spend_after });
+                changes.push(SpendChange { target: target.clone(), added, unreserved, spend_after });
             }
         }
+        crate::db::shared_budgets::free_upto!($conn, freed, None, $($aw)*);
         for chunk in outbox.chunks(INSERT_CHUNK) {
             diesel::insert_into(event_outbox::table).values(chunk).execute($conn) $($aw)* ?;
         }
@@ -201,13 +220,18 @@ pub async fn commit_batch(
     }
 }
 
+/// Per budget target: total added, each (amount, request id) in order, and the part no
+/// reservation covers.
+type TargetSum = (i64, Vec<(i64, String)>, i64);
+
 /// What the inserted events of a batch add: tag rows, outbox rows, and the sum
 /// per budget target (with each contribution, in order, for threshold events).
 struct InsertPlan {
     tags: Vec<CostEventTag>,
     bodies: Vec<crate::db::models::CostEventBody>,
     outbox: Vec<OutboxEvent>,
-    sums: BTreeMap<BudgetTarget, (i64, Vec<(i64, String)>)>,
+    /// Per target: total added, each contribution, and the part no reservation covers.
+    sums: BTreeMap<BudgetTarget, TargetSum>,
 }
 
 fn plan_inserted(
@@ -215,7 +239,8 @@ fn plan_inserted(
     inserted: &std::collections::HashSet<String>,
     now: i64,
 ) -> InsertPlan {
-    let mut plan = InsertPlan { tags: Vec::new(), bodies: Vec::new(), outbox: Vec::new(), sums: BTreeMap::new() };
+    let mut plan =
+        InsertPlan { tags: Vec::new(), bodies: Vec::new(), outbox: Vec::new(), sums: BTreeMap::new() };
     for e in events.iter().filter(|e| inserted.contains(&e.row.id)) {
         for (k, v) in &e.tags {
             plan.tags.push(CostEventTag {
@@ -230,6 +255,9 @@ fn plan_inserted(
             let entry = plan.sums.entry(t.clone()).or_default();
             entry.0 = entry.0.saturating_add(e.row.cost_microdollars);
             entry.1.push((e.row.cost_microdollars, e.row.request_id.clone()));
+            if !e.reserved {
+                entry.2 = entry.2.saturating_add(e.row.cost_microdollars);
+            }
         }
         plan.bodies.extend(e.body.iter().cloned());
         plan.outbox.push(outbox_event(&e.row.org_id, "cost_event.created", cost_event_object(&e.row), now));

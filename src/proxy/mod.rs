@@ -1,10 +1,18 @@
 //! The proxy surface: provider pass-through routes, health and internal routes.
 //! Every response carries `X-Service-Trace-Id`.
 
+pub mod events;
+pub mod headers;
 pub mod health;
 pub mod internal;
+pub mod mcp;
+pub mod meter;
+pub mod plan;
+pub mod policy;
 pub mod pricing;
+pub mod route;
 pub mod trace;
+pub mod upstream;
 pub mod usage;
 
 use actix_web::body::MessageBody;
@@ -41,6 +49,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .wrap(from_fn(trace_id))
             .configure(health::configure)
             .configure(internal::configure)
+            .route("/v1/chat/completions", web::post().to(route::chat_completions))
+            .route("/v1/messages", web::post().to(route::messages))
+            .route("/v1beta/models/{tail}", web::post().to(route::gemini))
+            .route("/v1/policy", web::get().to(policy::get_policy))
+            .route("/v1/mcp/budget/check", web::post().to(mcp::budget_check))
+            .route("/v1/mcp/events", web::post().to(mcp::record_event))
             .default_service(web::to(not_found)),
     );
 }
@@ -52,6 +66,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     health::get_metrics,
     health::get_feature_flags,
     internal::invalidate_budget,
-    internal::get_velocity_state
+    internal::get_velocity_state,
+    policy::get_policy
 ))]
 pub struct ApiDoc;

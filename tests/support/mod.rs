@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod mock;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -360,4 +362,39 @@ pub fn key_client(base: &str, raw_key: &str) -> Client {
 /// A minimal valid cost event.
 pub fn event(cost: i64) -> Value {
     json!({ "provider": "openai", "model": "gpt-4o", "inputTokens": 100, "outputTokens": 20, "costMicrodollars": cost })
+}
+
+#[derive(diesel::QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+impl TestApp {
+    /// Runs a query whose single row has one BIGINT column named `n` (e.g.
+    /// `SELECT COUNT(*) AS n FROM …`), for state no endpoint shows (the outbox).
+    pub async fn query_n(&self, sql: &str) -> i64 {
+        if backend_is_postgres() {
+            let mut conn = AsyncPgConnection::establish(&self.db.url).await.expect("connect");
+            let row: Count = diesel_async::RunQueryDsl::get_result(diesel::sql_query(sql), &mut conn)
+                .await
+                .expect("query");
+            row.n
+        } else {
+            use diesel::Connection as _;
+            let path = self.db.url.strip_prefix("sqlite://").expect("sqlite url");
+            let mut conn = diesel::SqliteConnection::establish(path).expect("connect");
+            diesel::connection::SimpleConnection::batch_execute(&mut conn, "PRAGMA busy_timeout = 5000")
+                .expect("pragma");
+            let row: Count =
+                diesel::RunQueryDsl::get_result(diesel::sql_query(sql), &mut conn).expect("query");
+            row.n
+        }
+    }
+
+    /// Outbox events of one type.
+    pub async fn outbox_count(&self, event_type: &str) -> i64 {
+        self.query_n(&format!("SELECT COUNT(*) AS n FROM event_outbox WHERE event_type = '{event_type}'"))
+            .await
+    }
 }

@@ -1,0 +1,529 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "a benchmark harness fails loudly"
+)]
+//! Proxy overhead: starts an in-process mock OpenAI upstream (answers instantly) and
+//! the release `spendgate` binary on a fresh SQLite file, with budgets on the key, its
+//! user and the tag `team=bench`, then drives `POST /v1/chat/completions` with the same
+//! client code at the mock directly (A) and through the proxy (B):
+//!
+//! - latency at concurrency 1 (A and B alternating in blocks), and the proxy's own
+//!   `x-service-overhead-ms`;
+//! - throughput at saturation from concurrent clients;
+//! - time to first body byte of a streamed answer.
+//!
+//! The load generator shares the 2 cores with the proxy and the mock. Reported, not
+//! asserted.
+//!
+//! Run: `cargo bench --bench proxy` (env `PROXY_BENCH_REQUESTS`, default 5000;
+//! `PROXY_BENCH_SECONDS`, default 5; `PROXY_BENCH_CLIENTS`, default 32;
+//! `PROXY_BENCH_LOG`, default `warn`).
+
+use std::error::Error;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use hdrhistogram::Histogram;
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ORIGIN};
+use serde_json::{json, Value};
+
+type BoxError = Box<dyn Error>;
+
+const BODY: &str =
+    r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}],"max_tokens":50}"#;
+const STREAM_BODY: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}],"max_tokens":50,"stream":true,"stream_options":{"include_usage":true}}"#;
+const WARMUP: usize = 500;
+/// Requests per target before switching to the other one (latency phases).
+const BLOCK: usize = 100;
+
+// ---------------------------------------------------------------------------------
+// Mock upstream
+
+const COMPLETION: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}"#;
+const CHUNKS: [&str; 3] = [
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" there!\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+];
+const USAGE_CHUNK: &str = "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":20,\"total_tokens\":30}}\n\n";
+const DONE: &str = "data: [DONE]\n\n";
+
+async fn mock_chat(body: web::Bytes) -> HttpResponse {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !req["stream"].as_bool().unwrap_or(false) {
+        return HttpResponse::Ok()
+            .content_type("application/json")
+            .insert_header(("x-request-id", "req_bench"))
+            .body(COMPLETION);
+    }
+    let mut parts: Vec<&'static str> = CHUNKS.to_vec();
+    if req["stream_options"]["include_usage"].as_bool().unwrap_or(false) {
+        parts.push(USAGE_CHUNK);
+    }
+    parts.push(DONE);
+    // Yielding between chunks makes the body stream pending once, so actix flushes each
+    // chunk in its own write instead of coalescing them; no timer is involved.
+    let stream = futures_util::stream::unfold((parts.into_iter(), true), |(mut it, first)| async move {
+        let part = it.next()?;
+        if !first {
+            tokio::task::yield_now().await;
+        }
+        Some((Ok::<_, std::convert::Infallible>(web::Bytes::from_static(part.as_bytes())), (it, false)))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("cache-control", "no-cache"))
+        .insert_header(("x-request-id", "req_bench"))
+        .streaming(stream)
+}
+
+struct Mock {
+    base: String,
+    handle: actix_web::dev::ServerHandle,
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        drop(self.handle.stop(false));
+    }
+}
+
+fn start_mock() -> Mock {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind mock upstream");
+    let port = listener.local_addr().expect("mock address").port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("mock-upstream".to_owned())
+        .spawn(move || {
+            actix_web::rt::System::new().block_on(async move {
+                let server =
+                    HttpServer::new(|| App::new().route("/v1/chat/completions", web::post().to(mock_chat)))
+                        .workers(1)
+                        .disable_signals()
+                        .shutdown_timeout(0)
+                        .keep_alive(Duration::from_secs(120))
+                        .listen(listener)
+                        .expect("mock listen")
+                        .run();
+                let _ = tx.send(server.handle());
+                let _ = server.await;
+            });
+        })
+        .expect("spawn mock thread");
+    let handle = rx.recv().expect("mock started");
+    Mock { base: format!("http://127.0.0.1:{port}"), handle }
+}
+
+// ---------------------------------------------------------------------------------
+// The spendgate binary
+
+struct Server {
+    child: std::process::Child,
+    control: String,
+    proxy: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(db_url: &str, upstream: &str) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spendgate"))
+        .arg("serve")
+        .env("SPENDGATE_DATABASE_URL", db_url)
+        .env("SPENDGATE_CONTROL_ADDR", "127.0.0.1:0")
+        .env("SPENDGATE_PROXY_ADDR", "127.0.0.1:0")
+        .env("SPENDGATE_DEV", "1")
+        .env("SPENDGATE_UPSTREAM_OPENAI", upstream)
+        .env("SPENDGATE_DEFAULT_PLAN", "scale")
+        .env("SPENDGATE_RATE_LIMIT_IP_PER_MINUTE", "0")
+        .env("SPENDGATE_RATE_LIMIT_KEY_PER_MINUTE", "0")
+        .env("SPENDGATE_GOVERNED_REQUESTS_FREE", "0")
+        .env("SPENDGATE_LOG", std::env::var("PROXY_BENCH_LOG").unwrap_or_else(|_| "warn".to_owned()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn spendgate");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("ready line");
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|p| p.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in the ready line {line:?}"))
+            .to_owned()
+    };
+    let (control, proxy) = (field("control="), field("proxy="));
+    // Keep draining stdout so that a later print cannot hit a closed pipe.
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut reader, &mut std::io::sink());
+    });
+    Server { child, control, proxy }
+}
+
+/// Signs up, creates a key and the three budgets; returns the raw key.
+async fn set_up(http: &reqwest::Client, control: &str) -> Result<String, BoxError> {
+    let r = http
+        .post(format!("{control}/api/auth/signup"))
+        .header(ORIGIN, control)
+        .json(&json!({ "email": "bench@example.com", "password": "bench-password" }))
+        .send()
+        .await?;
+    expect_status(r, 201, "signup").await?;
+    let r = http
+        .post(format!("{control}/api/keys"))
+        .header(ORIGIN, control)
+        .json(&json!({ "name": "bench" }))
+        .send()
+        .await?;
+    let key = expect_status(r, 201, "create key").await?;
+    let raw = key["data"]["rawKey"].as_str().ok_or("no data.rawKey")?.to_owned();
+    let key_id = key["data"]["id"].as_str().ok_or("no data.id")?.to_owned();
+    let session =
+        expect_status(http.get(format!("{control}/api/auth/session")).send().await?, 200, "session").await?;
+    let user_id = session["data"]["user"]["id"].as_str().ok_or("no data.user.id")?.to_owned();
+    for (entity_type, entity_id) in [("api_key", key_id), ("user", user_id), ("tag", "team=bench".to_owned())]
+    {
+        let r = http
+            .post(format!("{control}/api/budgets"))
+            .header(ORIGIN, control)
+            .json(&json!({ "entityType": entity_type, "entityId": entity_id,
+                           "maxBudgetMicrodollars": 1_000_000_000_000i64, "policy": "strict_block" }))
+            .send()
+            .await?;
+        expect_status(r, 201, &format!("budget {entity_type}")).await?;
+    }
+    Ok(raw)
+}
+
+async fn expect_status(r: reqwest::Response, want: u16, what: &str) -> Result<Value, BoxError> {
+    let status = r.status().as_u16();
+    let text = r.text().await?;
+    if status != want {
+        return Err(format!("{what}: status {status}, body: {text}").into());
+    }
+    Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+// ---------------------------------------------------------------------------------
+// Load generator
+
+#[derive(Clone)]
+struct Target {
+    name: &'static str,
+    url: String,
+    headers: HeaderMap,
+}
+
+/// One request, read to the end. `first_byte`: also time the first body chunk.
+struct Sample {
+    total: Duration,
+    first_byte: Duration,
+    overhead_ms: Option<f64>,
+}
+
+async fn once(http: &reqwest::Client, t: &Target, body: &'static str) -> Result<Sample, BoxError> {
+    let started = Instant::now();
+    let mut r = http.post(&t.url).headers(t.headers.clone()).body(body).send().await?;
+    let status = r.status();
+    if !status.is_success() {
+        let headers = format!("{:?}", r.headers());
+        let text = r.text().await.unwrap_or_default();
+        return Err(format!("{} answered {status}\nheaders: {headers}\nbody: {text}", t.name).into());
+    }
+    let overhead_ms = r
+        .headers()
+        .get("x-service-overhead-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<f64>().ok());
+    let mut first_byte = None;
+    while let Some(chunk) = r.chunk().await? {
+        if first_byte.is_none() && !chunk.is_empty() {
+            first_byte = Some(started.elapsed());
+        }
+    }
+    let total = started.elapsed();
+    Ok(Sample { total, first_byte: first_byte.unwrap_or(total), overhead_ms })
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+struct Latency {
+    a: Option<Histogram<u64>>,
+    b: Option<Histogram<u64>>,
+    overhead: Option<Histogram<u64>>,
+}
+
+/// `n` requests to each target at concurrency 1, alternating in blocks of [`BLOCK`];
+/// records the total time (or, with `ttfb`, the time to the first body byte).
+async fn latency(
+    http: &reqwest::Client,
+    a: &Target,
+    b: &Target,
+    n: usize,
+    body: &'static str,
+    ttfb: bool,
+) -> Result<Latency, BoxError> {
+    let (mut ha, mut hb, mut ho) = (histogram(), histogram(), histogram());
+    let mut done = 0;
+    while done < n {
+        let block = BLOCK.min(n - done);
+        for (t, h) in [(a, &mut ha), (b, &mut hb)] {
+            for _ in 0..block {
+                let s = once(http, t, body).await?;
+                h.saturating_record(micros(if ttfb { s.first_byte } else { s.total }));
+                if let Some(ms) = s.overhead_ms.filter(|_| t.name == "B") {
+                    ho.saturating_record((ms * 1000.0).round().max(0.0) as u64);
+                }
+            }
+        }
+        done += block;
+    }
+    Ok(Latency { a: Some(ha), b: Some(hb), overhead: (!ho.is_empty()).then_some(ho) })
+}
+
+/// Requests per second from `clients` concurrent loops for `seconds`.
+async fn throughput(
+    http: &reqwest::Client,
+    t: &Target,
+    clients: usize,
+    seconds: u64,
+) -> Result<(u64, f64), BoxError> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let mut tasks = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let http = http.clone();
+        let t = t.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                once(&http, &t, BODY).await.map_err(|e| e.to_string())?;
+                n += 1;
+            }
+            Ok::<u64, String>(n)
+        }));
+    }
+    let mut total = 0;
+    let mut first_error = None;
+    for task in tasks {
+        match task.await? {
+            Ok(n) => total += n,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e.into());
+    }
+    Ok((total, total as f64 / started.elapsed().as_secs_f64()))
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn pct(h: &Histogram<u64>, q: f64) -> u64 {
+    h.value_at_quantile(q)
+}
+
+fn added(b: &Histogram<u64>, a: &Histogram<u64>, q: f64) -> i64 {
+    i64::try_from(pct(b, q)).unwrap_or(i64::MAX) - i64::try_from(pct(a, q)).unwrap_or(i64::MAX)
+}
+
+#[allow(clippy::too_many_lines, reason = "one run reads best as one sequence")]
+async fn run() -> Result<(), BoxError> {
+    let n: usize = env_or("PROXY_BENCH_REQUESTS", 5000);
+    let seconds: u64 = env_or("PROXY_BENCH_SECONDS", 5);
+    let clients: usize = env_or("PROXY_BENCH_CLIENTS", 32);
+
+    let mock = start_mock();
+    let dir = tempfile::tempdir()?;
+    let server = start_server(&format!("sqlite://{}", dir.path().join("bench.db").display()), &mock.base);
+    let control = server.control.clone();
+    let admin = reqwest::Client::builder().cookie_store(true).build()?;
+    let raw_key = set_up(&admin, &control).await?;
+
+    let mut common = HeaderMap::new();
+    common.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    common.insert("authorization", HeaderValue::from_static("Bearer sk-bench"));
+    let a = Target { name: "A", url: format!("{}/v1/chat/completions", mock.base), headers: common.clone() };
+    let mut hb = common;
+    hb.insert("x-service-key", HeaderValue::from_str(&raw_key)?);
+    hb.insert("x-service-tags", HeaderValue::from_static(r#"{"team":"bench"}"#));
+    let b = Target { name: "B", url: format!("{}/v1/chat/completions", server.proxy), headers: hb };
+
+    let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(usize::MAX).build()?;
+    let mut proxied: u64 = 0;
+
+    // Warm-up, both targets, plain and streamed.
+    for t in [&a, &b] {
+        for _ in 0..WARMUP {
+            once(&http, t, BODY).await?;
+        }
+        for _ in 0..WARMUP / 5 {
+            once(&http, t, STREAM_BODY).await?;
+        }
+    }
+    proxied += (WARMUP + WARMUP / 5) as u64;
+
+    println!("proxy bench: {n} requests per target at concurrency 1, {clients} clients x {seconds} s");
+    let lat = latency(&http, &a, &b, n, BODY, false).await?;
+    proxied += n as u64;
+    let (la, lb) = (lat.a.ok_or("no A")?, lat.b.ok_or("no B")?);
+    let overhead = lat.overhead.ok_or("the proxy sent no x-service-overhead-ms header")?;
+
+    let (count_a, rps_a) = throughput(&http, &a, clients, seconds).await?;
+    let (count_b, rps_b) = throughput(&http, &b, clients, seconds).await?;
+    proxied += count_b;
+
+    let st = latency(&http, &a, &b, n, STREAM_BODY, true).await?;
+    proxied += n as u64;
+    let (sa, sb) = (st.a.ok_or("no A")?, st.b.ok_or("no B")?);
+
+    let us = |v: u64| format!("{v:>8}");
+    println!();
+    println!("latency, concurrency 1 (µs)      p50      p90      p99");
+    println!(
+        "A  mock direct              {} {} {}",
+        us(pct(&la, 0.5)),
+        us(pct(&la, 0.9)),
+        us(pct(&la, 0.99))
+    );
+    println!(
+        "B  through the proxy        {} {} {}",
+        us(pct(&lb, 0.5)),
+        us(pct(&lb, 0.9)),
+        us(pct(&lb, 0.99))
+    );
+    println!(
+        "   added (B - A)           {:>8} {:>8} {:>8}",
+        added(&lb, &la, 0.5),
+        added(&lb, &la, 0.9),
+        added(&lb, &la, 0.99)
+    );
+    println!(
+        "   x-service-overhead-ms   {} {} {}",
+        us(pct(&overhead, 0.5)),
+        us(pct(&overhead, 0.9)),
+        us(pct(&overhead, 0.99))
+    );
+    println!();
+    println!("throughput, {clients} clients, {seconds} s");
+    println!("A  mock direct              {rps_a:>8.0} req/s ({count_a} requests)");
+    println!("B  through the proxy        {rps_b:>8.0} req/s ({count_b} requests)");
+    println!("   B / A                    {:>8.3}", rps_b / rps_a);
+    println!();
+    println!("streaming time to first byte, concurrency 1 (µs)");
+    println!(
+        "A  mock direct              {} {} {}",
+        us(pct(&sa, 0.5)),
+        us(pct(&sa, 0.9)),
+        us(pct(&sa, 0.99))
+    );
+    println!(
+        "B  through the proxy        {} {} {}",
+        us(pct(&sb, 0.5)),
+        us(pct(&sb, 0.9)),
+        us(pct(&sb, 0.99))
+    );
+    println!(
+        "   added (B - A)           {:>8} {:>8} {:>8}",
+        added(&sb, &sa, 0.5),
+        added(&sb, &sa, 0.9),
+        added(&sb, &sa, 0.99)
+    );
+
+    // Sanity: the proxied calls were recorded and spent. Settlement is asynchronous:
+    // wait (a bounded time) until the count stops moving.
+    let mut recorded = (0i64, 0i64);
+    for _ in 0..50 {
+        let r = admin.get(format!("{control}/api/cost-events/summary")).send().await?;
+        let s = expect_status(r, 200, "summary").await?;
+        let now = (
+            s["data"]["totals"]["totalRequests"].as_i64().unwrap_or(0),
+            s["data"]["totals"]["totalCostMicrodollars"].as_i64().unwrap_or(0),
+        );
+        if now.0 >= i64::try_from(proxied).unwrap_or(i64::MAX) || (now == recorded && now.0 > 0) {
+            recorded = now;
+            break;
+        }
+        recorded = now;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let budgets =
+        expect_status(admin.get(format!("{control}/api/budgets")).send().await?, 200, "budgets").await?;
+    let spends: Vec<String> = budgets["data"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .map(|b| {
+                    format!(
+                        "{}={}",
+                        b["entityType"].as_str().unwrap_or("?"),
+                        b["spendMicrodollars"].as_i64().unwrap_or(0)
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    println!();
+    println!(
+        "recorded: {} of {proxied} proxied requests, {} µ$ total; budget spend (µ$): {}",
+        recorded.0,
+        recorded.1,
+        spends.join(", ")
+    );
+
+    let summary = json!({
+        "bench": "proxy",
+        "requests": n, "clients": clients, "seconds": seconds,
+        "latency_us": {
+            "a": { "p50": pct(&la, 0.5), "p90": pct(&la, 0.9), "p99": pct(&la, 0.99) },
+            "b": { "p50": pct(&lb, 0.5), "p90": pct(&lb, 0.9), "p99": pct(&lb, 0.99) },
+            "added_p50": added(&lb, &la, 0.5), "added_p99": added(&lb, &la, 0.99),
+            "overhead_header": { "p50": pct(&overhead, 0.5), "p99": pct(&overhead, 0.99) },
+        },
+        "throughput_rps": { "a": rps_a.round(), "b": rps_b.round(), "ratio": (rps_b / rps_a * 1000.0).round() / 1000.0 },
+        "stream_ttfb_us": {
+            "a": { "p50": pct(&sa, 0.5), "p99": pct(&sa, 0.99) },
+            "b": { "p50": pct(&sb, 0.5), "p99": pct(&sb, 0.99) },
+            "added_p99": added(&sb, &sa, 0.99),
+        },
+        "recorded": { "requests": recorded.0, "proxied": proxied, "cost_microdollars": recorded.1 },
+    });
+    println!("{summary}");
+    if recorded.0 == 0 || recorded.1 == 0 {
+        return Err("the proxied requests were not recorded (no spend)".into());
+    }
+    drop(server);
+    drop(mock);
+    Ok(())
+}
+
+fn main() {
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let result = rt.block_on(run());
+    drop(rt);
+    if let Err(e) = result {
+        eprintln!("proxy bench failed: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,25 @@
+//! `GET /api/policy`: the proxy's `/v1/policy` document on the control plane (same
+//! key authentication, same shape; see `proxy::policy`).
+
+use actix_web::{get, web, HttpResponse};
+
+use crate::auth::keys::KeyAuth;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+#[utoipa::path(get, path = "/api/policy", tag = "policy",
+    params(("X-Service-Key" = String, Header, description = "API key")),
+    responses((status = 200, description = "budget, allowed_models, allowed_providers, cheapest_per_provider, cheapest_overall, restrictions_active"),
+        (status = 401, description = "authentication_required")))]
+#[get("/policy")]
+pub async fn get_policy(state: web::Data<AppState>, key: KeyAuth) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(crate::proxy::policy::policy_of(&state, &key.0).await?))
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(get_policy);
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(get_policy))]
+pub struct ApiDoc;

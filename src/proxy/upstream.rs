@@ -1,0 +1,238 @@
+//! Talking to the providers: one pooled HTTPS client per worker thread, the upstream
+//! allow-list, upstream URLs, and which headers cross the proxy in each direction.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::pricing::Provider;
+use crate::config::Config;
+
+/// The provider routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    ChatCompletions,
+    Messages,
+    GenerateContent,
+    StreamGenerateContent,
+}
+
+impl Route {
+    pub const fn provider(self) -> Provider {
+        match self {
+            Route::ChatCompletions => Provider::OpenAi,
+            Route::Messages => Provider::Anthropic,
+            Route::GenerateContent | Route::StreamGenerateContent => Provider::Google,
+        }
+    }
+}
+
+/// OpenAI-compatible providers accepted in `X-Service-Upstream` besides the two
+/// defaults (`https://api.openai.com`, `https://api.anthropic.com`). Entries carry no
+/// version segment; the proxy appends the route's path (`/v1/chat/completions`).
+pub const EXTRA_UPSTREAMS: [&str; 5] = [
+    "https://api.groq.com/openai",
+    "https://api.together.xyz",
+    "https://api.fireworks.ai/inference",
+    "https://api.mistral.ai",
+    "https://api.deepseek.com",
+];
+
+pub const DEFAULT_OPENAI: &str = "https://api.openai.com";
+pub const DEFAULT_ANTHROPIC: &str = "https://api.anthropic.com";
+
+/// An `X-Service-Upstream` that is not on the allow-list (400 `invalid_upstream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAllowed;
+
+/// The base URL the route goes to: the allow-listed override, else the configured one.
+pub fn base_url<'a>(
+    config: &'a Config,
+    route: Route,
+    requested: Option<&'a str>,
+) -> Result<&'a str, NotAllowed> {
+    let configured = match route.provider() {
+        Provider::OpenAi => config.upstream_openai.as_str(),
+        Provider::Anthropic => config.upstream_anthropic.as_str(),
+        Provider::Google => config.upstream_gemini.as_str(),
+    };
+    let Some(requested) = requested else { return Ok(configured.trim_end_matches('/')) };
+    let wanted = requested.trim_end_matches('/');
+    let allowed = [DEFAULT_OPENAI, DEFAULT_ANTHROPIC]
+        .into_iter()
+        .chain(EXTRA_UPSTREAMS)
+        // The configured bases count as the defaults they replace.
+        .chain([config.upstream_openai.as_str(), config.upstream_anthropic.as_str()])
+        .any(|a| a.trim_end_matches('/') == wanted);
+    if allowed {
+        Ok(wanted)
+    } else {
+        Err(NotAllowed)
+    }
+}
+
+/// The upstream URL: base + the route's own path (+ query; `alt=sse` on the Gemini
+/// streaming route).
+pub fn url(base: &str, route: Route, model: &str, query: &str) -> String {
+    match route {
+        Route::ChatCompletions => join_query(format!("{base}/v1/chat/completions"), query),
+        Route::Messages => join_query(format!("{base}/v1/messages"), query),
+        Route::GenerateContent => join_query(format!("{base}/v1beta/models/{model}:generateContent"), query),
+        Route::StreamGenerateContent => {
+            let has_alt = query.split('&').any(|p| p.starts_with("alt="));
+            let url = join_query(format!("{base}/v1beta/models/{model}:streamGenerateContent"), query);
+            if has_alt {
+                url
+            } else if query.is_empty() {
+                format!("{url}?alt=sse")
+            } else {
+                format!("{url}&alt=sse")
+            }
+        }
+    }
+}
+
+fn join_query(url: String, query: &str) -> String {
+    if query.is_empty() {
+        url
+    } else {
+        format!("{url}?{query}")
+    }
+}
+
+/// The headers forwarded upstream for `route`, exactly as the spec lists them.
+/// `traceparent` is forwarded (with `tracestate`) only when it was valid.
+pub fn forwarded_headers(
+    route: Route,
+    inbound: &HeaderMap,
+    traceparent: Option<&str>,
+) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = Vec::with_capacity(6);
+    let mut copy = |name: &'static str| {
+        if let Some(v) = inbound.get(name) {
+            out.push((HeaderName::from_static(name), v.clone()));
+        }
+    };
+    match route.provider() {
+        Provider::OpenAi => {
+            copy("authorization");
+            copy("openai-organization");
+            copy("openai-project");
+        }
+        Provider::Anthropic => {
+            copy("x-api-key");
+            copy("authorization");
+            copy("anthropic-beta");
+            let version = inbound
+                .get("anthropic-version")
+                .cloned()
+                .unwrap_or_else(|| HeaderValue::from_static("2023-06-01"));
+            out.push((HeaderName::from_static("anthropic-version"), version));
+        }
+        Provider::Google => {
+            // The Google-style key: the native header, else `Authorization: Bearer <key>`.
+            let native = inbound.get("x-goog-api-key").cloned();
+            let bearer = inbound
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+                .and_then(|k| HeaderValue::from_str(k.trim()).ok());
+            if let Some(key) = native.or(bearer) {
+                out.push((HeaderName::from_static("x-goog-api-key"), key));
+            }
+        }
+    }
+    if let Some(tp) = traceparent.and_then(|t| HeaderValue::from_str(t).ok()) {
+        out.push((HeaderName::from_static("traceparent"), tp));
+        if let Some(ts) = inbound.get("tracestate") {
+            out.push((HeaderName::from_static("tracestate"), ts.clone()));
+        }
+    }
+    out
+}
+
+/// Whether an upstream response header is passed back to the client: the request id,
+/// every rate-limit header, `retry-after`, and the content type.
+pub fn passes_back(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    n == "content-type"
+        || n == "x-request-id"
+        || n == "request-id"
+        || n == "retry-after"
+        || n.starts_with("x-ratelimit-")
+        || n.starts_with("anthropic-ratelimit-")
+}
+
+thread_local! {
+    static CLIENT: RefCell<Option<awc::Client>> = const { RefCell::new(None) };
+}
+
+/// This worker's pooled client (keep-alive connections are reused per worker).
+pub fn client(config: &Config) -> awc::Client {
+    CLIENT.with(|c| c.borrow_mut().get_or_insert_with(|| build_client(config)).clone())
+}
+
+fn build_client(config: &Config) -> awc::Client {
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
+    let connector = awc::Connector::new()
+        .timeout(config.upstream_connect_timeout)
+        .conn_keep_alive(Duration::from_secs(90))
+        .limit(0);
+    let connector = match tls {
+        Ok(mut tls) => {
+            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+            connector.rustls_0_23(Arc::new(tls))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "TLS setup failed; HTTPS upstreams will fail");
+            connector
+        }
+    };
+    // No client-wide timeout: awc would apply it to the whole response body too, and a
+    // stream may rightly last longer. The proxy times the head and each chunk itself.
+    awc::Client::builder()
+        .connector(connector)
+        .disable_timeout()
+        .disable_redirects()
+        .no_default_headers()
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemini_stream_gets_alt_sse() {
+        assert_eq!(
+            url("http://m", Route::StreamGenerateContent, "gemini-2.5-pro", ""),
+            "http://m/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(
+            url("http://m", Route::StreamGenerateContent, "g", "key=k"),
+            "http://m/v1beta/models/g:streamGenerateContent?key=k&alt=sse"
+        );
+        assert_eq!(url("http://m", Route::ChatCompletions, "", ""), "http://m/v1/chat/completions");
+    }
+
+    #[test]
+    fn anthropic_version_defaults_and_gemini_key_moves() {
+        let inbound = HeaderMap::new();
+        let h = forwarded_headers(Route::Messages, &inbound, None);
+        assert_eq!(
+            h,
+            vec![(HeaderName::from_static("anthropic-version"), HeaderValue::from_static("2023-06-01"))]
+        );
+        let mut inbound = HeaderMap::new();
+        inbound.insert(HeaderName::from_static("authorization"), HeaderValue::from_static("Bearer g-key"));
+        inbound.insert(HeaderName::from_static("x-service-key"), HeaderValue::from_static("secret"));
+        let h = forwarded_headers(Route::GenerateContent, &inbound, None);
+        assert_eq!(h, vec![(HeaderName::from_static("x-goog-api-key"), HeaderValue::from_static("g-key"))]);
+    }
+}

@@ -1,0 +1,221 @@
+//! Several instances on one PostgreSQL database: two `spendgate` processes share a
+//! strict budget, hammered concurrently through both proxies. The database arbitrates
+//! (conditional updates of `budgets.reserved_microdollars`), so together they never
+//! pass the limit, and every hold is freed once the storm is over.
+//!
+//! PostgreSQL only: SQLite is single-instance by design (one process owns the file),
+//! so there is nothing to arbitrate there.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use diesel::sql_types::BigInt;
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use serde_json::json;
+
+use crate::support::mock::MockUpstream;
+use crate::support::{backend_is_postgres, create_key, key_client, Server, TestApp};
+
+/// gpt-4o-mini: $0.15 input, $0.60 output per million tokens (`src/proxy/pricing.json`).
+const INPUT_PRICE: i64 = 150_000;
+const OUTPUT_PRICE: i64 = 600_000;
+const INPUT_TOKENS: i64 = 10;
+const OUTPUT_TOKENS: i64 = 20;
+/// ceil((10 × 150,000 + 20 × 600,000) / 1,000,000) = ceil(13.5) = 14 µ$. The estimate
+/// (prompt bytes / 4 at the input price plus `max_tokens` 50 at the output price,
+/// about 36 µ$) is between two and three times that.
+const ACTUAL: i64 = (INPUT_TOKENS * INPUT_PRICE + OUTPUT_TOKENS * OUTPUT_PRICE + 999_999) / 1_000_000;
+/// Room for about 20 calls at their actual cost.
+const LIMIT: i64 = 20 * ACTUAL;
+const TASKS: usize = 16;
+const PER_TASK: usize = 12;
+
+#[derive(QueryableByName, Debug, Clone, Copy)]
+struct Figures {
+    #[diesel(sql_type = BigInt)]
+    spend: i64,
+    #[diesel(sql_type = BigInt)]
+    reserved: i64,
+    #[diesel(sql_type = BigInt)]
+    max: i64,
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+async fn figures(conn: &mut AsyncPgConnection, entity_id: &str) -> Figures {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query(
+        "SELECT spend_microdollars AS spend, reserved_microdollars AS reserved, \
+         max_budget_microdollars AS max FROM budgets WHERE entity_type = 'api_key' AND entity_id = $1",
+    )
+    .bind::<diesel::sql_types::Text, _>(entity_id)
+    .get_result(conn)
+    .await
+    .expect("budget figures")
+}
+
+async fn count(conn: &mut AsyncPgConnection, sql: &str) -> i64 {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query(sql).get_result::<Count>(conn).await.expect("count").n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_never_together_pass_a_strict_budget() {
+    if !backend_is_postgres() {
+        return;
+    }
+    let mock = MockUpstream::start();
+    let env =
+        [("SPENDGATE_UPSTREAM_OPENAI", mock.base.clone()), ("SPENDGATE_SHARED_BUDGETS", "1".to_owned())];
+    let app = TestApp::start_with(&env).await;
+    let owner = app.owner().await;
+    let (key_id, raw_key) = create_key(&owner, "agent").await;
+    let r = owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": LIMIT, "policy": "strict_block",
+                // Every call of the storm is the same: no loop detection.
+                "loopMaxCalls": 0 }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let second = Server::start(&app.db.url, &env);
+    let proxies = [key_client(&app.server.proxy, &raw_key), key_client(&second.proxy, &raw_key)];
+
+    // The sampler: spend + reserved never passes the limit, at any instant.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (stop, url, key_id) = (stop.clone(), app.db.url.clone(), key_id.clone());
+        tokio::spawn(async move {
+            let mut conn = AsyncPgConnection::establish(&url).await.expect("connect");
+            let (mut samples, mut max_reserved, mut violations) = (0usize, 0i64, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                let f = figures(&mut conn, &key_id).await;
+                samples += 1;
+                max_reserved = max_reserved.max(f.reserved);
+                if f.spend + f.reserved > f.max {
+                    violations.push(f);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            (samples, max_reserved, violations)
+        })
+    };
+
+    let ok = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+    let denied = Arc::new(AtomicUsize::new(0));
+    let unexpected = Arc::new(Mutex::new(Vec::new()));
+    let body = json!({
+        "model": "gpt-4o-mini",
+        "messages": [{ "role": "user", "content": "hi" }],
+        "max_tokens": 50,
+        "mock": { "usage": { "input": INPUT_TOKENS, "output": OUTPUT_TOKENS }, "delay_ms": 20 },
+    });
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let (proxies, ok, denied, unexpected, body) =
+            (proxies.clone(), ok.clone(), denied.clone(), unexpected.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..PER_TASK {
+                let which = (t + i) % 2;
+                let r = proxies[which].post("/v1/chat/completions", body.clone()).await;
+                match (r.status, r.code()) {
+                    (200, _) => _ = ok[which].fetch_add(1, Ordering::Relaxed),
+                    (429, "budget_exceeded") => _ = denied.fetch_add(1, Ordering::Relaxed),
+                    _ => unexpected.lock().unwrap().push(format!("instance {which}: {r:?}")),
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+
+    // Settlement is recorded after the answer: wait until every hold has been freed.
+    let mut conn = AsyncPgConnection::establish(&app.db.url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let settled = loop {
+        let f = figures(&mut conn, &key_id).await;
+        let holds = count(&mut conn, "SELECT count(*) AS n FROM budget_reservations").await;
+        if (f.reserved == 0 && holds == 0) || Instant::now() > deadline {
+            break (f, holds);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    stop.store(true, Ordering::Relaxed);
+    let (samples, max_reserved, violations) = sampler.await.unwrap();
+
+    let unexpected = unexpected.lock().unwrap().clone();
+    assert!(unexpected.is_empty(), "unexpected answers: {unexpected:#?}");
+    assert!(violations.is_empty(), "spend + reserved passed the limit {LIMIT}: {violations:?}");
+    assert!(samples > 0);
+    assert!(max_reserved > 0, "the sampler never saw a shared hold");
+    let (f, holds) = settled;
+    assert_eq!(f.reserved, 0, "reserved left after the storm: {f:?}");
+    assert_eq!(holds, 0, "reservation rows left after the storm");
+    let bare = key_id.strip_prefix("svc_key_").expect("key id");
+    let recorded = count(
+        &mut conn,
+        &format!(
+            "SELECT COALESCE(SUM(cost_microdollars), 0)::BIGINT AS n FROM cost_events WHERE api_key_id = '{bare}'"
+        ),
+    )
+    .await;
+    let (ok0, ok1, denied) =
+        (ok[0].load(Ordering::Relaxed), ok[1].load(Ordering::Relaxed), denied.load(Ordering::Relaxed));
+    assert_eq!(f.spend, recorded, "spend is the sum of the recorded events ({ok0} + {ok1} calls)");
+    assert_eq!(f.spend, i64::try_from(ok0 + ok1).unwrap() * ACTUAL, "every admitted call cost {ACTUAL}");
+    assert!(f.spend <= LIMIT, "spend {} passed the limit {LIMIT}", f.spend);
+    assert!(denied > 0, "no call was denied");
+    assert!(ok0 > 0 && ok1 > 0, "each instance admitted calls: {ok0} and {ok1}");
+    drop(second);
+}
+
+/// The reaper frees the holds of requests and instances that died: at start, then
+/// every 10 s. An expired hold leaves `reserved`; one still live stays.
+#[tokio::test]
+async fn the_reaper_frees_expired_holds_only() {
+    if !backend_is_postgres() {
+        return;
+    }
+    let mut app = TestApp::start_with(&[("SPENDGATE_SHARED_BUDGETS", "1".to_owned())]).await;
+    let owner = app.owner().await;
+    let (key_id, _) = create_key(&owner, "agent").await;
+    let r = owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 1_000 }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    // A dead instance's expired hold of 70 and a live hold of 30.
+    let budget = format!("(SELECT id FROM budgets WHERE entity_id = '{key_id}')");
+    app.exec_sql(&format!(
+        "INSERT INTO budget_reservations (id, budget_id, amount_microdollars, instance_id, expires_at) \
+         SELECT 'dead', {budget}, 70, 'gone', 1 UNION ALL SELECT 'live', {budget}, 30, 'other', 9000000000000"
+    ))
+    .await;
+    app.exec_sql(&format!("UPDATE budgets SET reserved_microdollars = 100 WHERE entity_id = '{key_id}'"))
+        .await;
+    app.restart();
+
+    let mut conn = AsyncPgConnection::establish(&app.db.url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let f = figures(&mut conn, &key_id).await;
+        if f.reserved == 30 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "expired hold not reaped: {f:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = count(&mut conn, "SELECT count(*) AS n FROM budget_reservations WHERE id = 'live'").await;
+    assert_eq!(left, 1);
+    assert_eq!(count(&mut conn, "SELECT count(*) AS n FROM budget_reservations").await, 1);
+}
