@@ -172,17 +172,28 @@ pub async fn find_by_entity(
 
 pub async fn delete(pool: &Pool, org_id: &str, id: &str) -> DbResult<Option<Budget>> {
     with_tx!(pool, |conn| {
+        // Reservations first, the budget row after: the same lock order as the
+        // accounting commit (which frees holds before it updates budgets), so the two
+        // cannot deadlock on PostgreSQL.
+        let owned: Option<String> = budgets::table
+            .filter(budgets::id.eq(id))
+            .filter(budgets::org_id.eq(org_id))
+            .select(budgets::id)
+            .first(conn)
+            .await
+            .optional()?;
+        if owned.is_none() {
+            return Ok(None);
+        }
+        diesel::delete(budget_reservations::table.filter(budget_reservations::budget_id.eq(id)))
+            .execute(conn)
+            .await?;
         let deleted: Option<Budget> =
             diesel::delete(budgets::table.filter(budgets::id.eq(id)).filter(budgets::org_id.eq(org_id)))
                 .returning(Budget::as_returning())
                 .get_result(conn)
                 .await
                 .optional()?;
-        if let Some(budget) = &deleted {
-            diesel::delete(budget_reservations::table.filter(budget_reservations::budget_id.eq(&budget.id)))
-                .execute(conn)
-                .await?;
-        }
         Ok(deleted)
     })
 }

@@ -98,6 +98,14 @@ impl From<DieselError> for DbError {
             DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, info) => {
                 Self::Unavailable(info.message().to_owned())
             }
+            // A transaction that lost a PostgreSQL race: nothing of it was applied and
+            // running it again is safe.
+            DieselError::DatabaseError(DatabaseErrorKind::SerializationFailure, info) => {
+                Self::Unavailable(info.message().to_owned())
+            }
+            DieselError::DatabaseError(_, ref info) if info.message().contains("deadlock detected") => {
+                Self::Unavailable(info.message().to_owned())
+            }
             // SQLite reports lock timeouts as a plain database error; they are transient.
             DieselError::DatabaseError(_, ref info) if info.message().contains("database is locked") => {
                 Self::Unavailable(info.message().to_owned())

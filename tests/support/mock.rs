@@ -296,9 +296,9 @@ async fn handle(req: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> Htt
     shared.requests.lock().unwrap_or_else(PoisonError::into_inner).push(recorded);
 
     let Some(route) = route(&req) else {
-        return HttpResponse::NotFound().json(json!({
-            "error": { "message": format!("mock upstream: no route for {} {}", req.method(), req.path()), "type": "not_found" }
-        }));
+        let message = format!("mock upstream: no route for {} {}", req.method(), req.path());
+        return HttpResponse::NotFound()
+            .json(json!({ "error": { "message": message, "type": "not_found" } }));
     };
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let ctl = Control::from_body(&request);
@@ -464,7 +464,11 @@ fn openai_events(ctl: &Control, model: &str, include_usage: bool) -> Vec<Bytes> 
     let usage_chunk = include_usage && !ctl.no_usage;
     let chunk = |choices: Value| {
         let mut c = json!({
-            "id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices,
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": choices,
         });
         if usage_chunk {
             c["usage"] = Value::Null;
@@ -591,13 +595,16 @@ fn anthropic_events(ctl: &Control, model: &str) -> Vec<Bytes> {
             json!({ "type": "content_block_start", "index": 1, "content_block": anthropic_tool_use() }),
         );
         events.push(json!({
-            "type": "content_block_delta", "index": 1, "delta": { "type": "input_json_delta", "partial_json": "{}" }
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": { "type": "input_json_delta", "partial_json": "{}" },
         }));
         events.push(json!({ "type": "content_block_stop", "index": 1 }));
     }
+    let stop_reason = if ctl.tool_calls { "tool_use" } else { "end_turn" };
     let mut message_delta = json!({
         "type": "message_delta",
-        "delta": { "stop_reason": if ctl.tool_calls { "tool_use" } else { "end_turn" }, "stop_sequence": null },
+        "delta": { "stop_reason": stop_reason, "stop_sequence": null },
     });
     if !ctl.no_usage {
         message_delta["usage"] = json!({ "output_tokens": ctl.usage.output });
@@ -653,7 +660,11 @@ fn gemini_function_call() -> Value {
 fn gemini_message(ctl: &Control, model: &str) -> Value {
     let part = if ctl.tool_calls { gemini_function_call() } else { json!({ "text": TEXT }) };
     let mut body = json!({
-        "candidates": [{ "content": { "parts": [part], "role": "model" }, "finishReason": "STOP", "index": 0 }],
+        "candidates": [{
+            "content": { "parts": [part], "role": "model" },
+            "finishReason": "STOP",
+            "index": 0,
+        }],
         "modelVersion": model,
         "responseId": uuid::Uuid::new_v4().simple().to_string(),
     });
