@@ -264,6 +264,27 @@ async fn gemini_routes_meter_thinking_and_keep_the_response_id() {
 }
 
 #[tokio::test]
+async fn unknown_models_and_missing_usage_are_charged_their_estimate() {
+    let s = setup().await;
+    let r =
+        s.chat(openai(json!({ "model": "gpt-unreleased-9", "mock": { "usage": usage(MINI_USAGE) } }))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.header("x-ratelimit-limit").is_some(), "per-key rate-limit headers: {r:?}");
+    let r = s.chat(openai(json!({ "mock": { "no_usage": true } }))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let events = s.events(2).await;
+    let unknown = events.iter().find(|e| e["model"] == "gpt-unreleased-9").unwrap();
+    assert_eq!(unknown["tags"]["_svc_unknown_model"], "true", "{unknown}");
+    assert_eq!(unknown["tags"]["_svc_estimated"], "true");
+    assert!(unknown["costMicrodollars"].as_i64().unwrap() > 0, "never silently $0: {unknown}");
+    let no_usage = events.iter().find(|e| e["model"] == "gpt-4o-mini").unwrap();
+    assert_eq!(no_usage["tags"]["_svc_no_usage"], "true", "{no_usage}");
+    assert!(no_usage["costMicrodollars"].as_i64().unwrap() > 0);
+    let metrics = s.app.proxy().get("/health/metrics").await;
+    assert!(metrics.text.contains("proxy_estimated_total"), "{}", metrics.text);
+}
+
+#[tokio::test]
 async fn request_errors_and_unknown_routes() {
     let s = setup().await;
     let proxy = s.app.proxy();

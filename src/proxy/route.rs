@@ -74,6 +74,7 @@ struct Common {
     request_id: Option<String>,
     session: Option<String>,
     version: String,
+    rate_limit: Option<crate::ratelimit::RateLimitSnapshot>,
 }
 
 impl Common {
@@ -87,6 +88,13 @@ impl Common {
         }
         if let Ok(v) = HeaderValue::from_str(&self.version) {
             h.insert(HeaderName::from_static("service-version"), v);
+        }
+        if let Some(rate_limit) = &self.rate_limit {
+            // The proxy's own per-key figures; a provider's `x-ratelimit-*` headers are
+            // lower case and longer (`x-ratelimit-limit-requests`), so they never collide.
+            for (name, value) in rate_limit.headers() {
+                h.insert(name, value);
+            }
         }
     }
 }
@@ -137,7 +145,8 @@ async fn handle(
     path_model: Option<String>,
 ) -> HttpResponse {
     let started = Instant::now();
-    let mut common = Common { request_id: None, session: None, version: crate::API_VERSION.to_owned() };
+    let mut common =
+        Common { request_id: None, session: None, version: crate::API_VERSION.to_owned(), rate_limit: None };
     let result = proxy(&req, body, &state, route, path_model, started, &mut common).await;
     let mut res = match result {
         Ok(res) => res,
@@ -193,6 +202,7 @@ async fn proxy(
     };
     common.version = key.api_version.clone().unwrap_or_else(|| crate::API_VERSION.to_owned());
     let decision = state.rate_limits.check_key(&key.key_id);
+    common.rate_limit = decision.snapshot();
     if !decision.allowed {
         let call = call_of(&key, provider, path_model.as_deref().unwrap_or(""), time::now_ms());
         note_rate_limited(state, &call);
