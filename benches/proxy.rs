@@ -13,19 +13,22 @@
 //!
 //! - latency at concurrency 1 (A and B alternating in blocks), and the proxy's own
 //!   `x-service-overhead-ms`;
-//! - throughput at saturation from concurrent clients;
-//! - time to first body byte of a streamed answer.
+//! - time to first body byte of a streamed answer, concurrency 1;
+//! - throughput at saturation from concurrent clients (last, so that the recording
+//!   backlog it leaves does not disturb the other phases).
 //!
 //! The load generator shares the 2 cores with the proxy and the mock. Reported, not
 //! asserted.
 //!
 //! Run: `cargo bench --bench proxy` (env `PROXY_BENCH_REQUESTS`, default 5000;
 //! `PROXY_BENCH_SECONDS`, default 5; `PROXY_BENCH_CLIENTS`, default 32;
-//! `PROXY_BENCH_LOG`, default `warn`).
+//! `PROXY_BENCH_LOG`, default `warn`; `PROXY_BENCH_FIXED_BODY=1`, see [`body`]).
 
 use std::error::Error;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpResponse, HttpServer};
@@ -35,9 +38,28 @@ use serde_json::{json, Value};
 
 type BoxError = Box<dyn Error>;
 
-const BODY: &str =
-    r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}],"max_tokens":50}"#;
-const STREAM_BODY: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}],"max_tokens":50,"stream":true,"stream_options":{"include_usage":true}}"#;
+/// The request body. By default each request says `hello <n>` with its own `n`: the
+/// budgets' loop detection (on, at its defaults) blocks the 51st identical body within
+/// a minute, as it should. `PROXY_BENCH_FIXED_BODY=1` sends the same `hello` every time
+/// and creates the budgets with `loopMaxCalls: 0` (loop detection off) instead.
+fn body(stream: bool) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let content = if fixed_body() {
+        "hello".to_owned()
+    } else {
+        format!("hello {:010}", SEQ.fetch_add(1, Ordering::Relaxed))
+    };
+    let stream = if stream { r#","stream":true,"stream_options":{"include_usage":true}"# } else { "" };
+    format!(
+        r#"{{"model":"gpt-4o-mini","messages":[{{"role":"user","content":"{content}"}}],"max_tokens":50{stream}}}"#
+    )
+}
+
+fn fixed_body() -> bool {
+    static FIXED: OnceLock<bool> = OnceLock::new();
+    *FIXED.get_or_init(|| std::env::var("PROXY_BENCH_FIXED_BODY").is_ok_and(|v| v == "1"))
+}
+
 const WARMUP: usize = 500;
 /// Requests per target before switching to the other one (latency phases).
 const BLOCK: usize = 100;
@@ -105,6 +127,8 @@ fn start_mock() -> Mock {
                 let server =
                     HttpServer::new(|| App::new().route("/v1/chat/completions", web::post().to(mock_chat)))
                         .workers(1)
+                        // A provider does not hold small writes back (Nagle); nor may the mock.
+                        .tcp_nodelay(true)
                         .disable_signals()
                         .shutdown_timeout(0)
                         .keep_alive(Duration::from_secs(120))
@@ -197,7 +221,8 @@ async fn set_up(http: &reqwest::Client, control: &str) -> Result<String, BoxErro
             .post(format!("{control}/api/budgets"))
             .header(ORIGIN, control)
             .json(&json!({ "entityType": entity_type, "entityId": entity_id,
-                           "maxBudgetMicrodollars": 1_000_000_000_000i64, "policy": "strict_block" }))
+                           "maxBudgetMicrodollars": 1_000_000_000_000i64, "policy": "strict_block",
+                           "loopMaxCalls": if fixed_body() { Some(0) } else { None } }))
             .send()
             .await?;
         expect_status(r, 201, &format!("budget {entity_type}")).await?;
@@ -231,9 +256,10 @@ struct Sample {
     overhead_ms: Option<f64>,
 }
 
-async fn once(http: &reqwest::Client, t: &Target, body: &'static str) -> Result<Sample, BoxError> {
+async fn once(http: &reqwest::Client, t: &Target, stream: bool) -> Result<Sample, BoxError> {
+    let request = http.post(&t.url).headers(t.headers.clone()).body(body(stream));
     let started = Instant::now();
-    let mut r = http.post(&t.url).headers(t.headers.clone()).body(body).send().await?;
+    let mut r = request.send().await?;
     let status = r.status();
     if !status.is_success() {
         let headers = format!("{:?}", r.headers());
@@ -270,14 +296,13 @@ struct Latency {
 }
 
 /// `n` requests to each target at concurrency 1, alternating in blocks of [`BLOCK`];
-/// records the total time (or, with `ttfb`, the time to the first body byte).
+/// records the total time, or for streamed answers the time to the first body byte.
 async fn latency(
     http: &reqwest::Client,
     a: &Target,
     b: &Target,
     n: usize,
-    body: &'static str,
-    ttfb: bool,
+    stream: bool,
 ) -> Result<Latency, BoxError> {
     let (mut ha, mut hb, mut ho) = (histogram(), histogram(), histogram());
     let mut done = 0;
@@ -285,8 +310,8 @@ async fn latency(
         let block = BLOCK.min(n - done);
         for (t, h) in [(a, &mut ha), (b, &mut hb)] {
             for _ in 0..block {
-                let s = once(http, t, body).await?;
-                h.saturating_record(micros(if ttfb { s.first_byte } else { s.total }));
+                let s = once(http, t, stream).await?;
+                h.saturating_record(micros(if stream { s.first_byte } else { s.total }));
                 if let Some(ms) = s.overhead_ms.filter(|_| t.name == "B") {
                     ho.saturating_record((ms * 1000.0).round().max(0.0) as u64);
                 }
@@ -313,7 +338,7 @@ async fn throughput(
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
             while Instant::now() < deadline {
-                once(&http, &t, BODY).await.map_err(|e| e.to_string())?;
+                once(&http, &t, false).await.map_err(|e| e.to_string())?;
                 n += 1;
             }
             Ok::<u64, String>(n)
@@ -375,27 +400,32 @@ async fn run() -> Result<(), BoxError> {
     // Warm-up, both targets, plain and streamed.
     for t in [&a, &b] {
         for _ in 0..WARMUP {
-            once(&http, t, BODY).await?;
+            once(&http, t, false).await?;
         }
         for _ in 0..WARMUP / 5 {
-            once(&http, t, STREAM_BODY).await?;
+            once(&http, t, true).await?;
         }
     }
     proxied += (WARMUP + WARMUP / 5) as u64;
 
-    println!("proxy bench: {n} requests per target at concurrency 1, {clients} clients x {seconds} s");
-    let lat = latency(&http, &a, &b, n, BODY, false).await?;
+    println!(
+        "proxy bench: {n} requests per target at concurrency 1, {clients} clients x {seconds} s, {}",
+        if fixed_body() { "fixed body, loop detection off" } else { "distinct bodies, loop detection on" }
+    );
+    let lat = latency(&http, &a, &b, n, false).await?;
     proxied += n as u64;
     let (la, lb) = (lat.a.ok_or("no A")?, lat.b.ok_or("no B")?);
     let overhead = lat.overhead.ok_or("the proxy sent no x-service-overhead-ms header")?;
 
+    let st = latency(&http, &a, &b, n, true).await?;
+    proxied += n as u64;
+    let (sa, sb) = (st.a.ok_or("no A")?, st.b.ok_or("no B")?);
+
+    // Saturation last: the proxy records its calls in the background, and the backlog
+    // must not spill into the concurrency-1 phases.
     let (count_a, rps_a) = throughput(&http, &a, clients, seconds).await?;
     let (count_b, rps_b) = throughput(&http, &b, clients, seconds).await?;
     proxied += count_b;
-
-    let st = latency(&http, &a, &b, n, STREAM_BODY, true).await?;
-    proxied += n as u64;
-    let (sa, sb) = (st.a.ok_or("no A")?, st.b.ok_or("no B")?);
 
     let us = |v: u64| format!("{v:>8}");
     println!();
@@ -493,7 +523,7 @@ async fn run() -> Result<(), BoxError> {
 
     let summary = json!({
         "bench": "proxy",
-        "requests": n, "clients": clients, "seconds": seconds,
+        "requests": n, "clients": clients, "seconds": seconds, "fixed_body": fixed_body(),
         "latency_us": {
             "a": { "p50": pct(&la, 0.5), "p90": pct(&la, 0.9), "p99": pct(&la, 0.99) },
             "b": { "p50": pct(&lb, 0.5), "p90": pct(&lb, 0.9), "p99": pct(&lb, 0.99) },

@@ -65,6 +65,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
                 .configure(api::configure)
         })
         .workers(workers)
+        .tcp_nodelay(true)
         .shutdown_timeout(10)
         .bind(config.control_addr)?;
         for addr in server.addrs() {
@@ -78,6 +79,8 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
             App::new().app_data(web::Data::new(st.clone())).configure(proxy::configure)
         })
         .workers(workers)
+        // Small SSE events must leave at once, not wait for Nagle's algorithm.
+        .tcp_nodelay(true)
         .shutdown_timeout(30)
         .bind(config.proxy_addr)?;
         for addr in server.addrs() {

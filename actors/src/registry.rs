@@ -416,10 +416,13 @@ impl BudgetRegistry {
         handles[arbiter_index(key, handles.len())].clone()
     }
 
-    /// Reserves `request` on every entity in turn, all or nothing: on the first denial
-    /// (or an actor that cannot answer) the reservations already taken are released
-    /// before the error is returned. Entities without a budget admit and are left out of
-    /// the result. The caller must settle or release the same keys afterwards; prefer
+    /// Reserves `request` on every entity, all or nothing. The reservation is queued on
+    /// every entity at once, so the entities (often on different arbiters) decide in
+    /// parallel and the caller waits about one message round trip, not one per entity.
+    /// On the first denial (or an actor that cannot answer) the reservation is released
+    /// on every entity (each release queues behind that entity's reserve) before the
+    /// error is returned. Entities without a budget admit and are left out of the result.
+    /// The caller must settle or release the same keys afterwards; prefer
     /// [`reserve_guarded`](Self::reserve_guarded), whose guard cannot forget. Dropping
     /// this future before it finishes releases what it reserved.
     pub async fn reserve_all(
@@ -429,26 +432,47 @@ impl BudgetRegistry {
     ) -> Result<Vec<(EntityKey, Admission)>, ReserveAllError> {
         let reservation_id = request.reservation_id;
         let mut taken = Taken { registry: self, keys, count: 0, reservation_id };
+        let mut pending = Vec::with_capacity(keys.len());
+        for key in keys {
+            pending.push(self.enqueue(key, request.clone(), true));
+            // Counted as soon as queued: if this future is dropped while the actors
+            // decide, the release queues behind the reserve.
+            taken.count += 1;
+        }
         let mut admissions = Vec::new();
-        for (index, key) in keys.iter().enumerate() {
-            // Counted before asking: if this future is dropped while the actor decides,
-            // this entity is released too (the release queues behind the reserve).
-            taken.count = index + 1;
-            let error = match self.ask(key, request, true).await {
-                Ok(Ok(Some(admission))) => {
-                    admissions.push((key.clone(), admission));
-                    continue;
-                }
-                Ok(Ok(None)) => continue,
-                Ok(Err(denial)) => ReserveAllError::Denied { key: key.clone(), denial: Box::new(denial) },
-                Err(error) => ReserveAllError::Unavailable { key: key.clone(), error },
+        let mut failure = None;
+        for (key, queued) in keys.iter().zip(pending) {
+            let outcome = match queued {
+                Ok((reply, generation)) => match reply.await {
+                    Ok(answer) => Ok(answer),
+                    // The actor stopped before answering: ask again (a new one starts).
+                    Err(MailboxError::Closed) => {
+                        self.bury(key, generation);
+                        self.ask(key, request, true).await
+                    }
+                    Err(MailboxError::Timeout) => Err(RegistryError::Stopped),
+                },
+                Err(error) => Err(error),
             };
-            // Nothing was reserved on the entity that failed; the others are released
-            // (queued at once, so `taken` can stand down) before the error is returned.
-            let earlier = keys.get(..index).unwrap_or_default();
-            let releases = self.enqueue_all(earlier, &Release { reservation_id });
+            match outcome {
+                Ok(Ok(Some(admission))) => admissions.push((key.clone(), admission)),
+                Ok(Ok(None)) => {}
+                Ok(Err(denial)) => {
+                    failure = Some(ReserveAllError::Denied { key: key.clone(), denial: Box::new(denial) });
+                    break;
+                }
+                Err(error) => {
+                    failure = Some(ReserveAllError::Unavailable { key: key.clone(), error });
+                    break;
+                }
+            }
+        }
+        if let Some(error) = failure {
+            // Released everywhere (a release of a reservation never taken is a no-op),
+            // queued at once so `taken` can stand down, awaited before answering.
+            let releases = self.enqueue_all(keys, &Release { reservation_id });
             taken.count = 0;
-            self.answers(earlier, releases, |_| false).await;
+            self.answers(keys, releases, |_| false).await;
             return Err(error);
         }
         taken.count = 0;

@@ -142,6 +142,8 @@ use super::period::{next_period_start, period_start};
 const MAX_TRACKED_SESSIONS: usize = 10_000;
 /// Loop fingerprints tracked per entity before the stalest is dropped.
 const MAX_LOOP_FINGERPRINTS: usize = 1_024;
+/// Fingerprints dropped at once when the table is full (see `LoopTracker::make_room`).
+const LOOP_EVICT_BATCH: usize = MAX_LOOP_FINGERPRINTS / 8;
 /// How many settled reservation ids are remembered to make a repeated settle a no-op.
 const RECENTLY_SETTLED_IDS: usize = 256;
 /// Sliding windows are coalesced into buckets of `window / WINDOW_BUCKETS`.
@@ -1269,33 +1271,36 @@ impl LoopTracker {
         self.fingerprints = fingerprints;
     }
 
-    /// Makes space for one more fingerprint: first by pruning, then by dropping the one
-    /// whose last call is oldest.
+    /// Makes space for more fingerprints: first by pruning, then by dropping the
+    /// [`LOOP_EVICT_BATCH`] whose last calls are oldest, in one pass. Evicting a batch
+    /// at a time keeps a budget that sees many distinct calls from paying a walk of the
+    /// whole table on every new one (the cost is O(n) once per batch, not per call).
     fn make_room(&mut self, now_ms: i64, window_ms: i64) {
         self.prune(now_ms, window_ms);
         if self.fingerprints < MAX_LOOP_FINGERPRINTS {
             return;
         }
-        let mut stalest: Option<(i64, &String, &String, u64)> = None;
+        let mut all: Vec<(i64, &String, &String, u64)> = Vec::with_capacity(self.fingerprints);
         for (provider, models) in &self.providers {
             for (model, calls) in models {
                 for (&hash, window) in &calls.by_hash {
-                    let last_call = window.newest().unwrap_or(i64::MIN);
-                    if stalest.is_none_or(|(oldest, ..)| last_call < oldest) {
-                        stalest = Some((last_call, provider, model, hash));
-                    }
+                    all.push((window.newest().unwrap_or(i64::MIN), provider, model, hash));
                 }
             }
         }
-        let Some((last_call, provider, model, hash)) =
-            stalest.map(|(at, provider, model, hash)| (at, provider.clone(), model.clone(), hash))
-        else {
+        let batch = LOOP_EVICT_BATCH.min(all.len());
+        if batch == 0 {
             return;
-        };
-        if let Some(calls) = self.providers.get_mut(&provider).and_then(|models| models.get_mut(&model)) {
-            if calls.by_hash.remove(&hash).is_some() {
-                calls.evicted.add(last_call, 1, window_ms);
-                self.fingerprints -= 1;
+        }
+        all.select_nth_unstable_by_key(batch - 1, |e| e.0);
+        let stalest: Vec<(i64, String, String, u64)> =
+            all[..batch].iter().map(|(at, p, m, h)| (*at, (*p).clone(), (*m).clone(), *h)).collect();
+        for (last_call, provider, model, hash) in stalest {
+            if let Some(calls) = self.providers.get_mut(&provider).and_then(|models| models.get_mut(&model)) {
+                if calls.by_hash.remove(&hash).is_some() {
+                    calls.evicted.add(last_call, 1, window_ms);
+                    self.fingerprints -= 1;
+                }
             }
         }
     }
@@ -2448,10 +2453,15 @@ mod tests {
         for id in 0..(MAX_LOOP_FINGERPRINTS as u64 + 100) {
             admit(&mut ledger, call(id, id), T0 + id as i64);
         }
-        assert_eq!(ledger.loops.fingerprints, MAX_LOOP_FINGERPRINTS);
+        let tracked = ledger.loops.fingerprints;
+        assert!((MAX_LOOP_FINGERPRINTS - LOOP_EVICT_BATCH..=MAX_LOOP_FINGERPRINTS).contains(&tracked), "{tracked}");
         let counted: usize =
             ledger.loops.providers.values().flat_map(|models| models.values()).map(|c| c.by_hash.len()).sum();
-        assert_eq!(counted, MAX_LOOP_FINGERPRINTS);
+        assert_eq!(counted, tracked);
+        // The newest call is always kept; the stalest went first.
+        let calls = &ledger.loops.providers["openai"];
+        assert!(calls.values().any(|c| c.by_hash.contains_key(&(MAX_LOOP_FINGERPRINTS as u64 + 99))));
+        assert!(calls.values().all(|c| !c.by_hash.contains_key(&0)));
     }
 
     #[test]
