@@ -441,7 +441,16 @@ impl BudgetRegistry {
         }
         let mut admissions = Vec::new();
         let mut failure = None;
+        // Entities that hold (or may still take) the reservation if this fails.
+        let mut queued_on: Vec<EntityKey> = Vec::new();
         for (key, queued) in keys.iter().zip(pending) {
+            if failure.is_some() {
+                // Already failed: only note which later entities got the reserve.
+                if queued.is_ok() {
+                    queued_on.push(key.clone());
+                }
+                continue;
+            }
             let outcome = match queued {
                 Ok((reply, generation)) => match reply.await {
                     Ok(answer) => Ok(answer),
@@ -455,24 +464,26 @@ impl BudgetRegistry {
                 Err(error) => Err(error),
             };
             match outcome {
-                Ok(Ok(Some(admission))) => admissions.push((key.clone(), admission)),
-                Ok(Ok(None)) => {}
+                Ok(Ok(Some(admission))) => {
+                    queued_on.push(key.clone());
+                    admissions.push((key.clone(), admission));
+                }
+                Ok(Ok(None)) => queued_on.push(key.clone()),
                 Ok(Err(denial)) => {
                     failure = Some(ReserveAllError::Denied { key: key.clone(), denial: Box::new(denial) });
-                    break;
                 }
                 Err(error) => {
                     failure = Some(ReserveAllError::Unavailable { key: key.clone(), error });
-                    break;
                 }
             }
         }
         if let Some(error) = failure {
-            // Released everywhere (a release of a reservation never taken is a no-op),
-            // queued at once so `taken` can stand down, awaited before answering.
-            let releases = self.enqueue_all(keys, &Release { reservation_id });
+            // Released on every entity that took or may take it (each release queues
+            // behind that entity's reserve), queued at once so `taken` can stand down,
+            // and awaited before answering.
+            let releases = self.enqueue_all(&queued_on, &Release { reservation_id });
             taken.count = 0;
-            self.answers(keys, releases, |_| false).await;
+            self.answers(&queued_on, releases, |_| false).await;
             return Err(error);
         }
         taken.count = 0;

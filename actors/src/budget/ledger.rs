@@ -2454,7 +2454,10 @@ mod tests {
             admit(&mut ledger, call(id, id), T0 + id as i64);
         }
         let tracked = ledger.loops.fingerprints;
-        assert!((MAX_LOOP_FINGERPRINTS - LOOP_EVICT_BATCH..=MAX_LOOP_FINGERPRINTS).contains(&tracked), "{tracked}");
+        assert!(
+            (MAX_LOOP_FINGERPRINTS - LOOP_EVICT_BATCH..=MAX_LOOP_FINGERPRINTS).contains(&tracked),
+            "{tracked}"
+        );
         let counted: usize =
             ledger.loops.providers.values().flat_map(|models| models.values()).map(|c| c.by_hash.len()).sum();
         assert_eq!(counted, tracked);
