@@ -27,16 +27,18 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::events;
-use super::route::{call_of, denial_error, entity_keys, proximity, record_denial, with_budget_headers};
+use super::route::{call_of, denial_error, entity_keys, record_denial, tightest, with_budget_headers};
 use crate::api::cost_events_ingest::budget_targets;
 use crate::auth::keys::KeyIdentity;
 use crate::db::cost_events::{NewCostEvent, Outcome};
 use crate::db::models::CostEvent;
-use crate::error::{ApiError, ErrorCode, Issues};
+use crate::error::{ApiError, Issues};
 use crate::state::AppState;
 use crate::util::json::JsonBody;
 use crate::util::validate::{check_tags, is_customer_id};
 use crate::util::{ids, time};
+use actors::budget::BudgetSnapshot;
+use actors::store::EntityKey;
 
 const PROVIDER: &str = "mcp";
 
@@ -77,26 +79,12 @@ pub struct EventInput {
 }
 
 async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<KeyIdentity>, ApiError> {
-    if let Some(ip) = req.peer_addr().map(|a| a.ip()) {
-        if !state.rate_limits.check_ip(ip).allowed {
-            return Err(rate_limited());
-        }
-    }
-    let raw = req.headers().get("x-service-key").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let key = match state.keys.validate(raw).await {
-        Ok(Some(key)) => key,
-        Ok(None) => return Err(ApiError::new(ErrorCode::Unauthorized, "Missing or invalid X-Service-Key")),
-        Err(e) => return Err(ApiError::unavailable(e)),
-    };
+    super::check_ip(req, state)?;
+    let key = super::key_of(req, state).await?;
     if !state.rate_limits.check_key(&key.key_id).allowed {
-        return Err(rate_limited());
+        return Err(super::rate_limited());
     }
     Ok(key)
-}
-
-fn rate_limited() -> ApiError {
-    ApiError::new(ErrorCode::RateLimitExceeded, "Rate limit exceeded")
-        .with_header(actix_web::http::header::RETRY_AFTER, "60")
 }
 
 fn len_ok(s: &Option<String>, max: usize) -> bool {
@@ -157,17 +145,14 @@ pub async fn budget_check(
         fingerprint: None,
         now_ms: time::now_ms(),
     };
-    let budget_of = |figures: Vec<(&'static str, String)>| {
-        let get = |name: &str| figures.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
-        get("x-service-budget-entity").map(|entity| {
-            let (t, id) = entity.split_once(':').unwrap_or((&entity, ""));
-            let num = |name: &str| get(name).and_then(|v| v.parse::<i64>().ok());
+    let budget_of = |snapshots: &[(EntityKey, BudgetSnapshot)]| {
+        tightest(snapshots).map(|(entity, s)| {
             json!({
-                "entity_type": t,
-                "entity_id": id,
-                "limit_microdollars": num("x-service-budget-limit"),
-                "spent_microdollars": num("x-service-budget-spent"),
-                "remaining_microdollars": num("x-service-budget-remaining"),
+                "entity_type": entity.entity_type.as_str(),
+                "entity_id": entity.entity_id,
+                "limit_microdollars": s.limit,
+                "spent_microdollars": s.committed(),
+                "remaining_microdollars": s.remaining,
             })
         })
     };
@@ -184,7 +169,7 @@ pub async fn budget_check(
                     (k, s)
                 })
                 .collect();
-            json!({ "allowed": true, "code": null, "message": null, "budget": budget_of(proximity(&snapshots, 0)) })
+            json!({ "allowed": true, "code": null, "message": null, "budget": budget_of(&snapshots) })
         }
         Err(ReserveAllError::Denied { key: entity, denial }) => {
             let err =
@@ -193,7 +178,7 @@ pub async fn budget_check(
                 "allowed": false,
                 "code": err.code,
                 "message": err.message,
-                "budget": budget_of(proximity(&[(entity, denial.snapshot)], 0)),
+                "budget": budget_of(&[(entity.clone(), denial.snapshot)]),
             })
         }
         Err(ReserveAllError::Unavailable { key: entity, error }) => {
@@ -255,8 +240,7 @@ pub async fn record_event(
         fingerprint: None,
         now_ms: now,
     };
-    let call = call_of(&key, crate::proxy::pricing::Provider::OpenAi, &input.tool_name, now);
-    let call = events::Call { provider: PROVIDER, ..call };
+    let call = call_of(&key, PROVIDER, &input.tool_name, now);
     let guard = match registry.reserve_guarded(&keys, &reserve).await {
         Ok(guard) => guard,
         Err(ReserveAllError::Denied { key: entity, denial }) => {

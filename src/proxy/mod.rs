@@ -39,6 +39,34 @@ async fn trace_id(
     Ok(res)
 }
 
+/// The key of a proxy request (`X-Service-Key`): 401 `unauthorized` when missing,
+/// malformed, unknown or revoked; 503 when the database cannot answer.
+pub async fn key_of(
+    req: &actix_web::HttpRequest,
+    state: &crate::state::AppState,
+) -> Result<std::sync::Arc<crate::auth::keys::KeyIdentity>, ApiError> {
+    let raw = req.headers().get("x-service-key").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    match state.keys.validate(raw).await {
+        Ok(Some(key)) => Ok(key),
+        Ok(None) => Err(ApiError::new(ErrorCode::Unauthorized, "Missing or invalid X-Service-Key")),
+        Err(e) => Err(ApiError::unavailable(e)),
+    }
+}
+
+/// The per-IP limit of the proxy (checked before the key's).
+pub fn check_ip(req: &actix_web::HttpRequest, state: &crate::state::AppState) -> Result<(), ApiError> {
+    match req.peer_addr() {
+        Some(addr) if !state.rate_limits.check_ip(addr.ip()).allowed => Err(rate_limited()),
+        _ => Ok(()),
+    }
+}
+
+/// 429 `rate_limit_exceeded` with `Retry-After: 60`.
+pub fn rate_limited() -> ApiError {
+    ApiError::new(ErrorCode::RateLimitExceeded, "Rate limit exceeded")
+        .with_header(actix_web::http::header::RETRY_AFTER, "60")
+}
+
 async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::new(ErrorCode::NotFound, "No such route"))
 }

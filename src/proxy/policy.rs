@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::pricing::{ModelPrice, Provider};
 use crate::auth::keys::KeyIdentity;
-use crate::error::{ApiError, ErrorCode};
+use crate::error::ApiError;
 use crate::state::AppState;
 use crate::util::{ids, time};
 
@@ -108,11 +108,6 @@ fn rank<'a>(price: &ModelPrice, model: &'a str) -> (i64, &'a str) {
     responses((status = 200, description = "budget, allowed_models, allowed_providers, cheapest_per_provider, cheapest_overall, restrictions_active"),
         (status = 401, description = "unauthorized")))]
 pub async fn get_policy(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let raw = req.headers().get("x-service-key").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let key = match state.keys.validate(raw).await {
-        Ok(Some(key)) => key,
-        Ok(None) => return Err(ApiError::new(ErrorCode::Unauthorized, "Missing or invalid X-Service-Key")),
-        Err(e) => return Err(ApiError::unavailable(e)),
-    };
+    let key = super::key_of(&req, &state).await?;
     Ok(HttpResponse::Ok().json(policy_of(&state, &key).await?))
 }

@@ -189,24 +189,15 @@ async fn proxy(
     let mut timing = Timing::default();
 
     // 1. Rate limits and authentication.
-    if let Some(ip) = req.peer_addr().map(|a| a.ip()) {
-        if !state.rate_limits.check_ip(ip).allowed {
-            return Err(rate_limited());
-        }
-    }
-    let raw_key = req.headers().get("x-service-key").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let key = match state.keys.validate(raw_key).await {
-        Ok(Some(key)) => key,
-        Ok(None) => return Err(ApiError::new(ErrorCode::Unauthorized, "Missing or invalid X-Service-Key")),
-        Err(e) => return Err(ApiError::unavailable(e)),
-    };
+    super::check_ip(req, state)?;
+    let key = super::key_of(req, state).await?;
     common.version = key.api_version.clone().unwrap_or_else(|| crate::API_VERSION.to_owned());
     let decision = state.rate_limits.check_key(&key.key_id);
     common.rate_limit = decision.snapshot();
     if !decision.allowed {
-        let call = call_of(&key, provider, path_model.as_deref().unwrap_or(""), time::now_ms());
+        let call = call_of(&key, provider.as_str(), path_model.as_deref().unwrap_or(""), time::now_ms());
         note_rate_limited(state, &call);
-        return Err(rate_limited());
+        return Err(super::rate_limited());
     }
     timing.preflight = Some(started.elapsed());
 
@@ -279,7 +270,7 @@ async fn proxy(
 
     // 4. Key policy and plan cap.
     let now = time::now_ms();
-    let call = call_of(&key, provider, &model, now);
+    let call = call_of(&key, provider.as_str(), &model, now);
     let resolved = state.pricing.lookup_in(provider, &model).map(|(name, price)| (name.to_owned(), *price));
     if let Some(err) = policy_refusal(
         &key,
@@ -541,12 +532,8 @@ impl TraceExt for HttpRequest {
     }
 }
 
-pub(crate) fn call_of<'a>(key: &'a KeyIdentity, provider: Provider, model: &'a str, now_ms: i64) -> Call<'a> {
-    Call { org_id: &key.org_id, api_key_id: &key.key_id, provider: provider.as_str(), model, now_ms }
-}
-
-fn rate_limited() -> ApiError {
-    ApiError::new(ErrorCode::RateLimitExceeded, "Rate limit exceeded").with_header(header::RETRY_AFTER, "60")
+pub(crate) fn call_of<'a>(key: &'a KeyIdentity, provider: &'a str, model: &'a str, now_ms: i64) -> Call<'a> {
+    Call { org_id: &key.org_id, api_key_id: &key.key_id, provider, model, now_ms }
 }
 
 fn too_large() -> ApiError {
@@ -736,11 +723,16 @@ pub(crate) fn denial_error(
 }
 
 /// Budget proximity headers of the tightest budget (the least effective room left).
+/// The budget with the least effective room left.
+pub(crate) fn tightest(snapshots: &[(EntityKey, BudgetSnapshot)]) -> Option<&(EntityKey, BudgetSnapshot)> {
+    snapshots.iter().min_by_key(|(_, s)| s.effective_remaining())
+}
+
 pub(crate) fn proximity(
     snapshots: &[(EntityKey, BudgetSnapshot)],
     estimate: i64,
 ) -> Vec<(&'static str, String)> {
-    let Some((entity, s)) = snapshots.iter().min_by_key(|(_, s)| s.effective_remaining()) else {
+    let Some((entity, s)) = tightest(snapshots) else {
         return Vec::new();
     };
     let mut out = vec![
