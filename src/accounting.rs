@@ -6,6 +6,15 @@
 //! timer adds latency to a lone event, and under load one commit serves many
 //! requests. A caller is answered only after the transaction that holds its event
 //! has committed: an acknowledged event is durable, with its budget effects.
+//!
+//! Proxied calls are different: nobody waits for their record (the answer has
+//! already gone to the client; the request's reservations keep its budgets honest
+//! until the commit). A transaction that holds only such events waits up to
+//! `accounting_linger` for more, so that even at low load one commit (one WAL append
+//! of the touched pages) serves several calls. An acknowledged event arriving during
+//! the wait ends it at once.
+
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -21,6 +30,8 @@ const QUEUE_CAPACITY: usize = 4_096;
 struct Job {
     events: Vec<NewCostEvent>,
     reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
+    /// A caller is waiting to acknowledge these events: commit without lingering.
+    urgent: bool,
 }
 
 /// Handle to the writer task; cheap to clone.
@@ -34,36 +45,58 @@ pub type OnCommit = Box<dyn Fn(&[SpendChange]) + Send + Sync>;
 
 impl AccountingWriter {
     /// Starts the writer on the current runtime.
-    pub fn start(pool: Pool, on_commit: OnCommit) -> Self {
+    /// Starts the writer on the current runtime; `linger` is how long a commit of
+    /// background events only ([`AccountingWriter::record`]) waits for company.
+    pub fn start(pool: Pool, on_commit: OnCommit, linger: Duration) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(run(pool, rx, on_commit));
+        tokio::spawn(run(pool, rx, on_commit, linger));
         AccountingWriter { tx }
     }
 
     /// Makes `events` durable; returns one outcome per event, in order. An error
     /// means nothing of this call was committed.
     pub async fn commit(&self, events: Vec<NewCostEvent>) -> Result<Vec<Outcome>, DbError> {
+        self.submit(events, true).await
+    }
+
+    /// Like [`AccountingWriter::commit`], for events nobody is waiting to acknowledge
+    /// (a proxied call, recorded after its answer): the commit may wait up to the
+    /// linger for other events to share it.
+    pub async fn record(&self, events: Vec<NewCostEvent>) -> Result<Vec<Outcome>, DbError> {
+        self.submit(events, false).await
+    }
+
+    async fn submit(&self, events: Vec<NewCostEvent>, urgent: bool) -> Result<Vec<Outcome>, DbError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Job { events, reply })
+            .send(Job { events, reply, urgent })
             .await
             .map_err(|_| DbError::unavailable("accounting writer stopped"))?;
         rx.await.map_err(|_| DbError::unavailable("accounting writer stopped"))?.map_err(DbError::Unavailable)
     }
 }
 
-async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, on_commit: OnCommit) {
+async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, on_commit: OnCommit, linger: Duration) {
     while let Some(first) = rx.recv().await {
+        let mut urgent = first.urgent;
+        let mut count = first.events.len();
         let mut jobs = vec![first];
-        let mut count = jobs[0].events.len();
+        let deadline = tokio::time::Instant::now() + linger;
         while count < MAX_BATCH_EVENTS {
-            match rx.try_recv() {
-                Ok(job) => {
-                    count += job.events.len();
-                    jobs.push(job);
+            let job = match rx.try_recv() {
+                Ok(job) => job,
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) if urgent || linger.is_zero() => break,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    match tokio::time::timeout_at(deadline, rx.recv()).await {
+                        Ok(Some(job)) => job,
+                        Ok(None) | Err(_) => break,
+                    }
                 }
-                Err(_) => break,
-            }
+            };
+            urgent |= job.urgent;
+            count += job.events.len();
+            jobs.push(job);
         }
         let mut sizes = Vec::with_capacity(jobs.len());
         let mut events = Vec::with_capacity(count);

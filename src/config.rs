@@ -46,6 +46,12 @@ pub struct Config {
     /// Reservations are also held in the database so that several instances on one
     /// PostgreSQL never together pass a strict budget (default: on for PostgreSQL).
     pub shared_budgets: bool,
+    /// How long the accounting writer waits for more proxied calls before committing
+    /// one (0 = never waits). Acknowledged ingest never waits: it commits at once.
+    pub accounting_linger: Duration,
+    /// Budget actors start on the proxy worker thread that first needs them (no thread
+    /// hop for that worker's reservations) instead of on the actor arbiters.
+    pub budget_actors_on_workers: bool,
     /// Governed (proxied) requests per calendar month, per tier; `None` = unlimited.
     /// Free hard-blocks at its cap; paid tiers are alerted once per month.
     pub governed_request_caps: [Option<i64>; 4],
@@ -107,6 +113,14 @@ pub const SETTINGS: &[(&str, &str)] = &[
     (
         "shared_budgets",
         "1 = hold reservations in the database for several instances (default: 1 on PostgreSQL)",
+    ),
+    (
+        "accounting_linger_ms",
+        "wait this long to batch proxied calls' cost events into one commit; 0 = off (default 2)",
+    ),
+    (
+        "budget_actors_on_workers",
+        "1 = budget actors live on the proxy worker that first needs them; 0 = on the arbiters (default 1)",
     ),
     (
         "governed_requests_free",
@@ -205,6 +219,11 @@ impl Config {
                 None => crate::db::backend_of(&database_url_for_default)
                     .is_some_and(|b| b == crate::db::Backend::Postgres),
                 Some(_) => r.flag("shared_budgets")?,
+            },
+            accounting_linger: Duration::from_millis(r.number("accounting_linger_ms", 2)?),
+            budget_actors_on_workers: match r.optional("budget_actors_on_workers") {
+                None => true,
+                Some(_) => r.flag("budget_actors_on_workers")?,
             },
             governed_request_caps: [
                 cap(r.number("governed_requests_free", 10_000i64)?),

@@ -76,6 +76,11 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     if only != Some(Surface::Control) {
         let st = state.clone();
         let server = HttpServer::new(move || {
+            // The app factory runs on each worker's own arbiter: budget actors first
+            // needed by this worker's requests live here, one thread with the requests.
+            if st.config.budget_actors_on_workers {
+                st.budgets.registry().adopt_current_arbiter();
+            }
             App::new().app_data(web::Data::new(st.clone())).configure(proxy::configure)
         })
         .workers(workers)

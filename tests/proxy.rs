@@ -178,6 +178,15 @@ async fn openai_json_passes_through_and_is_charged_exactly() {
         MINI_COST
     );
     assert_eq!(s.app.outbox_count("cost_event.created").await, 1);
+    // The outbox row refers to the event (the webhook object is built from it).
+    let refs = s
+        .app
+        .query_n(
+            "SELECT COUNT(*) AS n FROM event_outbox o JOIN cost_events c \
+             ON o.payload = '{\"cost_event_id\":\"' || c.id || '\"}' WHERE o.event_type = 'cost_event.created'",
+        )
+        .await;
+    assert_eq!(refs, 1);
 }
 
 #[tokio::test]

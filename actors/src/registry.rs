@@ -37,6 +37,7 @@
 //! `mailbox_capacity` are; settles and releases are never refused, so no admitted money
 //! goes unaccounted.
 
+use std::cell::Cell;
 use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -71,6 +72,15 @@ const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
 const MAX_ATTEMPTS: u32 = 2;
 /// Restart bookkeeping kept for at most this many keys; older entries are dropped first.
 const MAX_RESTART_STATES: usize = 10_000;
+
+/// Registry ids, for [`BudgetRegistry::adopt_current_arbiter`].
+static REGISTRY_IDS: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The registry whose new actors start on this thread's arbiter (0: none). Set by
+    /// [`BudgetRegistry::adopt_current_arbiter`].
+    static ADOPTED_BY: Cell<u64> = const { Cell::new(0) };
+}
 
 /// How the registry runs its actors. Operators tune these (see the design notes).
 #[derive(Debug, Clone)]
@@ -318,6 +328,8 @@ pub struct BudgetRegistry {
 }
 
 struct Inner {
+    /// Identifies this registry to the threads that adopted it.
+    id: u64,
     shared: Arc<Shared>,
     config: RegistryConfig,
     /// Owned so they stop with the registry.
@@ -374,6 +386,7 @@ impl BudgetRegistry {
             });
         }
         let inner = Inner {
+            id: REGISTRY_IDS.fetch_add(1, Ordering::Relaxed),
             shared,
             config,
             arbiters,
@@ -405,6 +418,27 @@ impl BudgetRegistry {
     /// is running.
     pub fn get_or_start(&self, key: &EntityKey) -> Result<Addr<BudgetActor>, RegistryError> {
         self.with_slot(key, |_, slot| slot.addr.clone())
+    }
+
+    /// Makes the calling thread's arbiter a home for new actors: an actor first needed
+    /// by a caller on this thread starts here (not on one of the registry's own
+    /// arbiters), so that this thread's later messages to it are same-thread calls with
+    /// no wake-up of another thread: about 2 µs for a reserve + settle instead of
+    /// 10-60 µs on a busy 2-core machine. Call it once from each HTTP worker that
+    /// reserves (its app factory runs on the worker's arbiter). It also starts that
+    /// arbiter's housekeeping sweep. Callers on other threads are unaffected; an actor
+    /// needed first by one of them starts on the registry's arbiter for its key, as
+    /// before. Returns false (and does nothing) outside an arbiter.
+    pub fn adopt_current_arbiter(&self) -> bool {
+        if Arbiter::try_current().is_none() {
+            return false;
+        }
+        let id = self.inner.id;
+        if ADOPTED_BY.with(|adopted| adopted.replace(id)) != id {
+            let interval = self.inner.config.housekeeping_interval.max(Duration::from_millis(1));
+            actix::spawn(sweep_residents(Arc::downgrade(&self.inner.shared), interval));
+        }
+        true
     }
 
     /// The arbiter that runs (or will run) the actor of `key`. A caller running there
@@ -869,11 +903,19 @@ impl BudgetRegistry {
             let arbiter = u32::try_from(arbiter).unwrap_or(u32::MAX);
             move || BudgetActor::new(key, generation, arbiter, version, shared)
         };
-        // INVARIANT: `arbiter_index` is below `handles.len()`, which is at least 1.
-        inner.handles[arbiter].spawn_fn(move || {
+        if ADOPTED_BY.with(Cell::get) == inner.id {
+            // Here, on the caller's own arbiter (see `adopt_current_arbiter`); the index
+            // above only picks the mailbox statistics bucket. Spawned, not run: this
+            // holds the key's map entry.
             let context = Context::with_receiver(rx);
             actix::spawn(context.into_future(actor()));
-        });
+        } else {
+            // INVARIANT: `arbiter_index` is below `handles.len()`, which is at least 1.
+            inner.handles[arbiter].spawn_fn(move || {
+                let context = Context::with_receiver(rx);
+                actix::spawn(context.into_future(actor()));
+            });
+        }
         Slot { addr: Addr::new(tx), generation }
     }
 }

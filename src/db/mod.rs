@@ -212,13 +212,24 @@ fn sqlite_path(url: &str) -> &str {
 /// (profiling showed half the commit time in page I/O with the defaults).
 ///
 /// `busy_timeout` comes first: switching to WAL takes a lock, and without the
-/// timeout a connection opened while another holds it fails at once.
+/// timeout a connection opened while another holds it fails at once. When the WAL
+/// starts over, a file grown past 64 MiB is truncated back to that.
 const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; \
      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; PRAGMA cache_size = -65536; \
-     PRAGMA temp_store = MEMORY; PRAGMA mmap_size = 268435456; PRAGMA wal_autocheckpoint = 0;";
+     PRAGMA temp_store = MEMORY; PRAGMA mmap_size = 268435456; PRAGMA wal_autocheckpoint = 0; \
+     PRAGMA journal_size_limit = 67108864;";
 
 /// How often the background checkpointer copies the WAL back into the database.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+/// WAL frames (pages) past which the checkpointer makes the log start over: 8 MiB.
+const WAL_RESTART_FRAMES: i64 = 2_048;
+
+/// A row of `PRAGMA wal_checkpoint`.
+#[derive(diesel::QueryableByName)]
+struct Checkpoint {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    log: i64,
+}
 
 fn sqlite_manager(path: &str) -> AsyncDieselConnectionManager<SqliteConn> {
     let mut config = ManagerConfig::<SqliteConn>::default();
@@ -288,7 +299,23 @@ impl Pool {
                 tick.tick().await;
                 let result = async {
                     let mut conn = pools.read().await?;
-                    conn.batch_execute("PRAGMA wal_checkpoint(PASSIVE)").await.map_err(DbError::from)
+                    let passive: Vec<Checkpoint> = diesel_async::RunQueryDsl::load(
+                        diesel::sql_query("PRAGMA wal_checkpoint(PASSIVE)"),
+                        &mut conn,
+                    )
+                    .await?;
+                    // Under sustained writes a PASSIVE checkpoint never catches up with the
+                    // end of the log, so the writer never starts the WAL over and the file
+                    // grows without bound (new blocks: allocation and zeroing in every
+                    // commit). Past a size, a RESTART checkpoint waits briefly for the
+                    // writer and the readers, so that the next commit starts the log over.
+                    if passive.first().is_some_and(|c| c.log > WAL_RESTART_FRAMES) {
+                        conn.batch_execute("PRAGMA busy_timeout = 100").await?;
+                        let restart = conn.batch_execute("PRAGMA wal_checkpoint(RESTART)").await;
+                        conn.batch_execute("PRAGMA busy_timeout = 5000").await?;
+                        restart?;
+                    }
+                    Ok::<_, DbError>(())
                 }
                 .await;
                 if let Err(e) = result {

@@ -1027,7 +1027,7 @@ impl Settlement {
         };
         let holds = event.holds.clone();
         let guard = self.guard.take();
-        match state.writer.commit(vec![event]).await {
+        match state.writer.record(vec![event]).await {
             Ok(outcomes) => match (outcomes.first(), guard) {
                 (Some(Outcome::Inserted { .. }), Some(guard)) => {
                     guard.settle(cost, time::now_ms()).await;

@@ -103,6 +103,12 @@ impl Residents {
     }
 }
 
+/// Budget actors living on the calling thread.
+#[cfg(test)]
+pub(crate) fn residents_here() -> usize {
+    RESIDENTS.with(|residents| residents.borrow().keys.iter().flatten().count())
+}
+
 /// Sends [`Housekeep`] to every budget actor of the current arbiter thread every
 /// `interval`, in batches that yield between them, so a sweep never holds up message
 /// handling for long. Runs until the registry is gone.

@@ -519,3 +519,26 @@ async fn registry_futures_and_the_guard_are_send() {
     assert_send(&guard);
     assert_send(&guard.settle(1, 0));
 }
+
+#[actix::test]
+async fn an_adopting_thread_hosts_the_actors_it_needs_first() {
+    let store = store_with(&[("here", 1_000), ("there", 1_000)]);
+    let elsewhere = registry(&store, config());
+    // Not adopted: the actor starts on one of the registry's own arbiters.
+    let request = reserve(&elsewhere, 10);
+    elsewhere.reserve_all(&[key("there")], &request).await.unwrap();
+    assert_eq!(super::actor::residents_here(), 0);
+    elsewhere.release_all(&[key("there")], request.reservation_id).await;
+
+    let local = registry(&store, config());
+    assert!(local.adopt_current_arbiter());
+    assert!(local.adopt_current_arbiter(), "adopting twice is harmless");
+    let request = reserve(&local, 10);
+    local.reserve_all(&[key("here")], &request).await.unwrap();
+    assert_eq!(super::actor::residents_here(), 1, "the actor lives on the caller's thread");
+    local.settle_all(&[key("here")], request.reservation_id, 7, system_now_ms()).await;
+    let s = snapshot(&local, "here").await;
+    assert_eq!((s.spend, s.reserved), (7, 0));
+    // Off an arbiter there is nothing to adopt.
+    assert!(!std::thread::spawn(move || local.adopt_current_arbiter()).join().unwrap());
+}
