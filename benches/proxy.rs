@@ -9,7 +9,10 @@
 //! Proxy overhead: starts an in-process mock OpenAI upstream (answers instantly) and
 //! the release `spendgate` binary on a fresh SQLite file, with budgets on the key, its
 //! user and the tag `team=bench`, then drives `POST /v1/chat/completions` with the same
-//! client code at the mock directly (A) and through the proxy (B):
+//! client code at the mock directly (A), through a bare forwarder (F: actix-web and
+//! awc like spendgate, forwarding the body and streaming the answer back, nothing
+//! else; the floor any proxy on this stack and machine pays for the extra hop), and
+//! through the proxy (B):
 //!
 //! - latency at concurrency 1 (A and B alternating in blocks), and the proxy's own
 //!   `x-service-overhead-ms`;
@@ -145,6 +148,68 @@ fn start_mock() -> Mock {
 }
 
 // ---------------------------------------------------------------------------------
+// The bare forwarder (F)
+
+async fn forward(
+    body: web::Bytes,
+    client: web::Data<awc::Client>,
+    upstream: web::Data<String>,
+) -> HttpResponse {
+    let sent = client
+        .post(upstream.get_ref())
+        .insert_header((CONTENT_TYPE.as_str(), "application/json"))
+        .insert_header(("authorization", "Bearer sk-bench"))
+        .send_body(body)
+        .await;
+    match sent {
+        Ok(response) => {
+            let mut builder = HttpResponse::build(response.status());
+            for (name, value) in response.headers() {
+                if !matches!(name.as_str(), "content-length" | "transfer-encoding" | "connection" | "date") {
+                    builder.append_header((name.clone(), value.clone()));
+                }
+            }
+            builder.streaming(response)
+        }
+        Err(e) => HttpResponse::BadGateway().body(e.to_string()),
+    }
+}
+
+/// Starts the bare forwarder on its own thread with two workers (as spendgate has on
+/// two cores); returns its base URL.
+fn start_forwarder(upstream: &str) -> Mock {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind forwarder");
+    let port = listener.local_addr().expect("forwarder address").port();
+    let upstream = format!("{upstream}/v1/chat/completions");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("bare-forwarder".to_owned())
+        .spawn(move || {
+            actix_web::rt::System::new().block_on(async move {
+                let server = HttpServer::new(move || {
+                    App::new()
+                        .app_data(web::Data::new(awc::Client::default()))
+                        .app_data(web::Data::new(upstream.clone()))
+                        .route("/v1/chat/completions", web::post().to(forward))
+                })
+                .workers(2)
+                .tcp_nodelay(true)
+                .disable_signals()
+                .shutdown_timeout(0)
+                .keep_alive(Duration::from_secs(120))
+                .listen(listener)
+                .expect("forwarder listen")
+                .run();
+                let _ = tx.send(server.handle());
+                let _ = server.await;
+            });
+        })
+        .expect("spawn forwarder thread");
+    let handle = rx.recv().expect("forwarder started");
+    Mock { base: format!("http://127.0.0.1:{port}"), handle }
+}
+
+// ---------------------------------------------------------------------------------
 // The spendgate binary
 
 struct Server {
@@ -254,6 +319,8 @@ struct Sample {
     total: Duration,
     first_byte: Duration,
     overhead_ms: Option<f64>,
+    /// The proxy's `Server-Timing` phases (`preflight`, `body`, `budget`, ...), in ms.
+    timing: Vec<(String, f64)>,
 }
 
 async fn once(http: &reqwest::Client, t: &Target, stream: bool) -> Result<Sample, BoxError> {
@@ -271,6 +338,19 @@ async fn once(http: &reqwest::Client, t: &Target, stream: bool) -> Result<Sample
         .get("x-service-overhead-ms")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<f64>().ok());
+    let timing = r
+        .headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(',')
+                .filter_map(|part| {
+                    let (name, dur) = part.trim().split_once(";dur=")?;
+                    Some((name.to_owned(), dur.parse().ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let mut first_byte = None;
     while let Some(chunk) = r.chunk().await? {
         if first_byte.is_none() && !chunk.is_empty() {
@@ -278,7 +358,7 @@ async fn once(http: &reqwest::Client, t: &Target, stream: bool) -> Result<Sample
         }
     }
     let total = started.elapsed();
-    Ok(Sample { total, first_byte: first_byte.unwrap_or(total), overhead_ms })
+    Ok(Sample { total, first_byte: first_byte.unwrap_or(total), overhead_ms, timing })
 }
 
 fn histogram() -> Histogram<u64> {
@@ -290,36 +370,47 @@ fn micros(d: Duration) -> u64 {
 }
 
 struct Latency {
-    a: Option<Histogram<u64>>,
-    b: Option<Histogram<u64>>,
+    /// One histogram per target, in the order given.
+    targets: Vec<Histogram<u64>>,
     overhead: Option<Histogram<u64>>,
+    /// The proxy's `Server-Timing` phases, in µs.
+    phases: std::collections::BTreeMap<String, Histogram<u64>>,
 }
 
-/// `n` requests to each target at concurrency 1, alternating in blocks of [`BLOCK`];
+/// `n` requests to each target at concurrency 1, taking turns in blocks of [`BLOCK`];
 /// records the total time, or for streamed answers the time to the first body byte.
 async fn latency(
     http: &reqwest::Client,
-    a: &Target,
-    b: &Target,
+    targets: &[&Target],
     n: usize,
     stream: bool,
 ) -> Result<Latency, BoxError> {
-    let (mut ha, mut hb, mut ho) = (histogram(), histogram(), histogram());
+    let mut hs: Vec<Histogram<u64>> = targets.iter().map(|_| histogram()).collect();
+    let mut ho = histogram();
+    let mut phases = std::collections::BTreeMap::new();
     let mut done = 0;
     while done < n {
         let block = BLOCK.min(n - done);
-        for (t, h) in [(a, &mut ha), (b, &mut hb)] {
+        for (t, h) in targets.iter().zip(hs.iter_mut()) {
             for _ in 0..block {
                 let s = once(http, t, stream).await?;
                 h.saturating_record(micros(if stream { s.first_byte } else { s.total }));
                 if let Some(ms) = s.overhead_ms.filter(|_| t.name == "B") {
                     ho.saturating_record((ms * 1000.0).round().max(0.0) as u64);
                 }
+                if t.name == "B" {
+                    for (name, ms) in s.timing {
+                        phases
+                            .entry(name)
+                            .or_insert_with(histogram)
+                            .saturating_record((ms * 1000.0).round().max(0.0) as u64);
+                    }
+                }
             }
         }
         done += block;
     }
-    Ok(Latency { a: Some(ha), b: Some(hb), overhead: (!ho.is_empty()).then_some(ho) })
+    Ok(Latency { targets: hs, overhead: (!ho.is_empty()).then_some(ho), phases })
 }
 
 /// Requests per second from `clients` concurrent loops for `seconds`.
@@ -379,6 +470,7 @@ async fn run() -> Result<(), BoxError> {
     let clients: usize = env_or("PROXY_BENCH_CLIENTS", 32);
 
     let mock = start_mock();
+    let forwarder = start_forwarder(&mock.base);
     let dir = tempfile::tempdir()?;
     let server = start_server(&format!("sqlite://{}", dir.path().join("bench.db").display()), &mock.base);
     let control = server.control.clone();
@@ -393,12 +485,17 @@ async fn run() -> Result<(), BoxError> {
     hb.insert("x-service-key", HeaderValue::from_str(&raw_key)?);
     hb.insert("x-service-tags", HeaderValue::from_static(r#"{"team":"bench"}"#));
     let b = Target { name: "B", url: format!("{}/v1/chat/completions", server.proxy), headers: hb };
+    let f = Target {
+        name: "F",
+        url: format!("{}/v1/chat/completions", forwarder.base),
+        headers: a.headers.clone(),
+    };
 
     let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(usize::MAX).build()?;
     let mut proxied: u64 = 0;
 
     // Warm-up, both targets, plain and streamed.
-    for t in [&a, &b] {
+    for t in [&a, &f, &b] {
         for _ in 0..WARMUP {
             once(&http, t, false).await?;
         }
@@ -412,18 +509,19 @@ async fn run() -> Result<(), BoxError> {
         "proxy bench: {n} requests per target at concurrency 1, {clients} clients x {seconds} s, {}",
         if fixed_body() { "fixed body, loop detection off" } else { "distinct bodies, loop detection on" }
     );
-    let lat = latency(&http, &a, &b, n, false).await?;
+    let lat = latency(&http, &[&a, &f, &b], n, false).await?;
     proxied += n as u64;
-    let (la, lb) = (lat.a.ok_or("no A")?, lat.b.ok_or("no B")?);
     let overhead = lat.overhead.ok_or("the proxy sent no x-service-overhead-ms header")?;
+    let [la, lf, lb]: [Histogram<u64>; 3] = lat.targets.try_into().map_err(|_| "three histograms")?;
 
-    let st = latency(&http, &a, &b, n, true).await?;
+    let st = latency(&http, &[&a, &f, &b], n, true).await?;
     proxied += n as u64;
-    let (sa, sb) = (st.a.ok_or("no A")?, st.b.ok_or("no B")?);
+    let [sa, sf, sb]: [Histogram<u64>; 3] = st.targets.try_into().map_err(|_| "three histograms")?;
 
     // Saturation last: the proxy records its calls in the background, and the backlog
     // must not spill into the concurrency-1 phases.
     let (count_a, rps_a) = throughput(&http, &a, clients, seconds).await?;
+    let (count_f, rps_f) = throughput(&http, &f, clients, seconds).await?;
     let (count_b, rps_b) = throughput(&http, &b, clients, seconds).await?;
     proxied += count_b;
 
@@ -435,6 +533,12 @@ async fn run() -> Result<(), BoxError> {
         us(pct(&la, 0.5)),
         us(pct(&la, 0.9)),
         us(pct(&la, 0.99))
+    );
+    println!(
+        "F  bare forwarder           {} {} {}",
+        us(pct(&lf, 0.5)),
+        us(pct(&lf, 0.9)),
+        us(pct(&lf, 0.99))
     );
     println!(
         "B  through the proxy        {} {} {}",
@@ -449,16 +553,34 @@ async fn run() -> Result<(), BoxError> {
         added(&lb, &la, 0.99)
     );
     println!(
+        "   floor (F - A)           {:>8} {:>8} {:>8}",
+        added(&lf, &la, 0.5),
+        added(&lf, &la, 0.9),
+        added(&lf, &la, 0.99)
+    );
+    println!(
+        "   governance (B - F)      {:>8} {:>8} {:>8}",
+        added(&lb, &lf, 0.5),
+        added(&lb, &lf, 0.9),
+        added(&lb, &lf, 0.99)
+    );
+    println!(
         "   x-service-overhead-ms   {} {} {}",
         us(pct(&overhead, 0.5)),
         us(pct(&overhead, 0.9)),
         us(pct(&overhead, 0.99))
     );
+    for (name, h) in &lat.phases {
+        println!("   Server-Timing {name:<10}{} {} {}", us(pct(h, 0.5)), us(pct(h, 0.9)), us(pct(h, 0.99)));
+    }
     println!();
     println!("throughput, {clients} clients, {seconds} s");
     println!("A  mock direct              {rps_a:>8.0} req/s ({count_a} requests)");
+    println!("F  bare forwarder           {rps_f:>8.0} req/s ({count_f} requests)");
     println!("B  through the proxy        {rps_b:>8.0} req/s ({count_b} requests)");
     println!("   B / A                    {:>8.3}", rps_b / rps_a);
+    println!("   F / A                    {:>8.3}", rps_f / rps_a);
+    println!("   B / F                    {:>8.3}", rps_b / rps_f);
     println!();
     println!("streaming time to first byte, concurrency 1 (µs)");
     println!(
@@ -466,6 +588,12 @@ async fn run() -> Result<(), BoxError> {
         us(pct(&sa, 0.5)),
         us(pct(&sa, 0.9)),
         us(pct(&sa, 0.99))
+    );
+    println!(
+        "F  bare forwarder           {} {} {}",
+        us(pct(&sf, 0.5)),
+        us(pct(&sf, 0.9)),
+        us(pct(&sf, 0.99))
     );
     println!(
         "B  through the proxy        {} {} {}",
@@ -478,6 +606,18 @@ async fn run() -> Result<(), BoxError> {
         added(&sb, &sa, 0.5),
         added(&sb, &sa, 0.9),
         added(&sb, &sa, 0.99)
+    );
+    println!(
+        "   floor (F - A)           {:>8} {:>8} {:>8}",
+        added(&sf, &sa, 0.5),
+        added(&sf, &sa, 0.9),
+        added(&sf, &sa, 0.99)
+    );
+    println!(
+        "   governance (B - F)      {:>8} {:>8} {:>8}",
+        added(&sb, &sf, 0.5),
+        added(&sb, &sf, 0.9),
+        added(&sb, &sf, 0.99)
     );
 
     // Sanity: the proxied calls were recorded and spent. Settlement is asynchronous:
@@ -527,14 +667,21 @@ async fn run() -> Result<(), BoxError> {
         "latency_us": {
             "a": { "p50": pct(&la, 0.5), "p90": pct(&la, 0.9), "p99": pct(&la, 0.99) },
             "b": { "p50": pct(&lb, 0.5), "p90": pct(&lb, 0.9), "p99": pct(&lb, 0.99) },
+            "f": { "p50": pct(&lf, 0.5), "p90": pct(&lf, 0.9), "p99": pct(&lf, 0.99) },
             "added_p50": added(&lb, &la, 0.5), "added_p99": added(&lb, &la, 0.99),
+            "floor_p50": added(&lf, &la, 0.5), "floor_p99": added(&lf, &la, 0.99),
+            "governance_p50": added(&lb, &lf, 0.5), "governance_p99": added(&lb, &lf, 0.99),
             "overhead_header": { "p50": pct(&overhead, 0.5), "p99": pct(&overhead, 0.99) },
         },
-        "throughput_rps": { "a": rps_a.round(), "b": rps_b.round(), "ratio": (rps_b / rps_a * 1000.0).round() / 1000.0 },
+        "throughput_rps": { "a": rps_a.round(), "f": rps_f.round(), "b": rps_b.round(),
+                            "ratio": (rps_b / rps_a * 1000.0).round() / 1000.0,
+                            "ratio_to_floor": (rps_b / rps_f * 1000.0).round() / 1000.0 },
         "stream_ttfb_us": {
             "a": { "p50": pct(&sa, 0.5), "p99": pct(&sa, 0.99) },
             "b": { "p50": pct(&sb, 0.5), "p99": pct(&sb, 0.99) },
-            "added_p99": added(&sb, &sa, 0.99),
+            "f": { "p50": pct(&sf, 0.5), "p99": pct(&sf, 0.99) },
+            "added_p50": added(&sb, &sa, 0.5), "added_p99": added(&sb, &sa, 0.99),
+            "governance_p50": added(&sb, &sf, 0.5), "governance_p99": added(&sb, &sf, 0.99),
         },
         "recorded": { "requests": recorded.0, "proxied": proxied, "cost_microdollars": recorded.1 },
     });
@@ -543,6 +690,7 @@ async fn run() -> Result<(), BoxError> {
         return Err("the proxied requests were not recorded (no spend)".into());
     }
     drop(server);
+    drop(forwarder);
     drop(mock);
     Ok(())
 }
