@@ -177,6 +177,72 @@ async fn two_instances_never_together_pass_a_strict_budget() {
     drop(second);
 }
 
+/// Tool-call spend (`POST /v1/mcp/events`) is arbitrated by the database like a
+/// proxied call's: two instances recording tool calls against one strict budget never
+/// together pass it, and no hold is left behind.
+#[tokio::test]
+async fn two_instances_never_together_pass_a_strict_budget_with_tool_events() {
+    if !backend_is_postgres() {
+        return;
+    }
+    const TOOL_COST: i64 = 100;
+    const TOOL_LIMIT: i64 = 20 * TOOL_COST;
+    let env = [("SPENDGATE_SHARED_BUDGETS", "1".to_owned())];
+    let app = TestApp::start_with(&env).await;
+    let owner = app.owner().await;
+    let (key_id, raw_key) = create_key(&owner, "agent").await;
+    let r = owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": TOOL_LIMIT,
+                    "policy": "strict_block" }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let second = Server::start(&app.db.url, &env);
+    let proxies = [key_client(&app.server.proxy, &raw_key), key_client(&second.proxy, &raw_key)];
+    let ok = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+    let denied = Arc::new(AtomicUsize::new(0));
+    let unexpected = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let (proxies, ok, denied, unexpected) =
+            (proxies.clone(), ok.clone(), denied.clone(), unexpected.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..PER_TASK {
+                let which = (t + i) % 2;
+                let event =
+                    json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": TOOL_COST });
+                let r = proxies[which].post("/v1/mcp/events", event).await;
+                match (r.status, r.code()) {
+                    (201, _) => _ = ok[which].fetch_add(1, Ordering::Relaxed),
+                    (429, "budget_exceeded") => _ = denied.fetch_add(1, Ordering::Relaxed),
+                    _ => unexpected.lock().unwrap().push(format!("instance {which}: {r:?}")),
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let unexpected = unexpected.lock().unwrap().clone();
+    assert!(unexpected.is_empty(), "unexpected answers: {unexpected:#?}");
+    let mut conn = AsyncPgConnection::establish(&app.db.url).await.unwrap();
+    let f = figures(&mut conn, &key_id).await;
+    let holds = count(&mut conn, "SELECT count(*) AS n FROM budget_reservations").await;
+    let (ok0, ok1) = (ok[0].load(Ordering::Relaxed), ok[1].load(Ordering::Relaxed));
+    assert!(f.spend <= TOOL_LIMIT, "spend {} passed the limit {TOOL_LIMIT} ({ok0} + {ok1} events)", f.spend);
+    assert_eq!(
+        f.spend,
+        i64::try_from(ok0 + ok1).unwrap() * TOOL_COST,
+        "spend is the sum of the accepted events"
+    );
+    assert_eq!((f.reserved, holds), (0, 0), "nothing stays reserved");
+    assert!(denied.load(Ordering::Relaxed) > 0, "no event was refused");
+    assert!(ok0 > 0 && ok1 > 0, "each instance accepted events: {ok0} and {ok1}");
+    drop(second);
+}
+
 /// The reaper frees the holds of requests and instances that died: at start, then
 /// every 10 s. An expired hold leaves `reserved`; one still live stays.
 #[tokio::test]

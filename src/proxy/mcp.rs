@@ -27,7 +27,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::events;
-use super::route::{call_of, denial_error, entity_keys, record_denial, tightest, with_budget_headers};
+use super::route::{
+    acquire_shared, call_of, denial_error, entity_keys, record_denial, release_holds, tightest,
+    with_budget_headers, SharedRefusal,
+};
 use crate::api::cost_events_ingest::budget_targets;
 use crate::auth::keys::KeyIdentity;
 use crate::db::cost_events::{NewCostEvent, Outcome};
@@ -254,6 +257,39 @@ pub async fn record_event(
             return Err(ApiError::unavailable(format!("budget of {entity} unavailable: {error}")));
         }
     };
+    // Several instances on one PostgreSQL: the database arbitrates tool spend like a
+    // proxied call's (a conditional hold per budget, freed in the commit that adds the
+    // spend), so that no instance's tool calls pass a strict budget the others filled.
+    let holds = if state.config.shared_budgets {
+        match acquire_shared(&state, &guard, &key.org_id, input.cost_microdollars, false).await {
+            Ok(holds) => holds,
+            Err(SharedRefusal::Denied { entity, snapshot }) => {
+                drop(guard);
+                let err = denial_error(
+                    &entity,
+                    &actors::budget::DenialReason::BudgetExceeded,
+                    &snapshot,
+                    input.cost_microdollars,
+                    None,
+                );
+                let rows = vec![
+                    events::exceeded(
+                        &call,
+                        &entity,
+                        snapshot.limit,
+                        snapshot.committed(),
+                        input.cost_microdollars,
+                    ),
+                    events::request_blocked(&call, "budget", Some(json!({ "code": err.code }))),
+                ];
+                record_denial(&state, rows).await;
+                return Err(with_budget_headers(err, &[(entity, snapshot)]));
+            }
+            Err(SharedRefusal::Unavailable(e)) => return Err(ApiError::unavailable(e)),
+        }
+    } else {
+        Vec::new()
+    };
     let budget_status = if guard.admissions().is_empty() { "skipped" } else { "approved" };
     let row = CostEvent {
         id: ids::new_id(),
@@ -292,11 +328,18 @@ pub async fn record_event(
         tags,
         targets,
         outbox: Vec::new(),
-        holds: Vec::new(),
+        holds: holds.clone(),
         reserved: true,
         body: None,
     };
-    let outcomes = state.writer.commit(vec![event]).await?;
+    let outcomes = match state.writer.commit(vec![event]).await {
+        Ok(outcomes) => outcomes,
+        Err(e) => {
+            drop(guard);
+            release_holds(&state, holds);
+            return Err(e.into());
+        }
+    };
     let (status, id, created_at) = match outcomes.first() {
         Some(Outcome::Inserted { id, created_at }) => {
             guard.settle(input.cost_microdollars, time::now_ms()).await;

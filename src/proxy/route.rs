@@ -385,7 +385,7 @@ async fn proxy(
         record_denial(state, admitted_events).await;
     }
     let holds = if state.config.shared_budgets {
-        match acquire_shared(state, &guard, &prepared).await {
+        match acquire_shared(state, &guard, &prepared.key.org_id, estimate, prepared.headers.finalize).await {
             Ok(holds) => holds,
             Err(SharedRefusal::Denied { entity, snapshot }) => {
                 drop(guard);
@@ -810,17 +810,19 @@ fn tool_definition_tokens(body: &[u8]) -> i64 {
         .map_or(0, |raw| i64::try_from(raw.get().len().div_ceil(4)).unwrap_or(i64::MAX))
 }
 
-enum SharedRefusal {
+pub(crate) enum SharedRefusal {
     Denied { entity: EntityKey, snapshot: BudgetSnapshot },
     Unavailable(String),
 }
 
 /// Holds the reservation in the database for every admitted budget that can refuse
 /// (strict and soft): with several instances, the database decides.
-async fn acquire_shared(
+pub(crate) async fn acquire_shared(
     state: &AppState,
     guard: &ReservationGuard,
-    p: &Prepared,
+    org_id: &str,
+    amount: i64,
+    finalize: bool,
 ) -> Result<Vec<SharedHold>, SharedRefusal> {
     let requests: Vec<HoldRequest> = guard
         .admissions()
@@ -830,9 +832,9 @@ async fn acquire_shared(
             org_id: k.org_id.clone(),
             entity_type: k.entity_type.as_str().to_owned(),
             entity_id: k.entity_id.clone(),
-            amount: p.estimate,
+            amount,
             policy: a.snapshot.policy,
-            keep_free: if p.headers.finalize { 0 } else { a.snapshot.finalization_reserve },
+            keep_free: if finalize { 0 } else { a.snapshot.finalization_reserve },
         })
         .collect();
     if requests.is_empty() {
@@ -850,7 +852,7 @@ async fn acquire_shared(
                 .find(|(k, _)| k.entity_type == entity_type && k.entity_id == entity_id)
                 .map(|(_, a)| a.snapshot)
                 .map(|s| BudgetSnapshot { limit, spend, reserved, remaining: limit - spend - reserved, ..s });
-            let entity = EntityKey::new(p.key.org_id.clone(), entity_type, entity_id);
+            let entity = EntityKey::new(org_id.to_owned(), entity_type, entity_id);
             match snapshot {
                 Some(snapshot) => Err(SharedRefusal::Denied { entity, snapshot }),
                 None => Err(SharedRefusal::Unavailable("shared budget refused an unknown entity".to_owned())),
@@ -866,7 +868,7 @@ fn release(state: &AppState, guard: ReservationGuard, holds: Vec<SharedHold>) {
     release_holds(state, holds);
 }
 
-fn release_holds(state: &AppState, holds: Vec<SharedHold>) {
+pub(crate) fn release_holds(state: &AppState, holds: Vec<SharedHold>) {
     if holds.is_empty() {
         return;
     }
