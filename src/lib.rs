@@ -50,6 +50,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     let workers = config.workers;
     state.pool.start_maintenance();
     periods::start(state.pool.clone(), state.budgets.clone());
+    state.budgets.watch_changes(state.pool.clone());
     if state.config.shared_budgets {
         db::shared_budgets::start_reaper(state.pool.clone());
     }

@@ -3,8 +3,8 @@
 //! (conditional updates of `budgets.reserved_microdollars`), so together they never
 //! pass the limit, and every hold is freed once the storm is over.
 //!
-//! PostgreSQL only: SQLite is single-instance by design (one process owns the file),
-//! so there is nothing to arbitrate there.
+//! The arbitration tests are PostgreSQL only: SQLite is single-instance by design (one
+//! process owns the file), so there is nothing to arbitrate there.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -240,6 +240,65 @@ async fn two_instances_never_together_pass_a_strict_budget_with_tool_events() {
     assert_eq!((f.reserved, holds), (0, 0), "nothing stays reserved");
     assert!(denied.load(Ordering::Relaxed) > 0, "no event was refused");
     assert!(ok0 > 0 && ok1 > 0, "each instance accepted events: {ok0} and {ok1}");
+    drop(second);
+}
+
+/// A budget changed through one instance applies on the other within about a second:
+/// the other's live actor is refreshed from `budget_changes` (both backends: two
+/// processes on one SQLite file is the split control/proxy deployment).
+#[tokio::test]
+async fn a_budget_change_through_one_instance_reaches_the_other() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (key_id, raw_key) = create_key(&owner, "agent").await;
+    let r = owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 100, "policy": "strict_block" }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let budget_id = r.body["id"].as_str().unwrap().to_owned();
+    let second = Server::start(&app.db.url, &[]);
+    let other = key_client(&second.proxy, &raw_key);
+    let tool = |cost: i64| json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": cost });
+    // The second instance's actor fills the budget, then refuses.
+    assert_eq!(other.post("/v1/mcp/events", tool(100)).await.status, 201);
+    let r = other.post("/v1/mcp/events", tool(1)).await;
+    assert_eq!((r.status, r.code()), (429, "budget_exceeded"), "{r:?}");
+
+    // Reset through the first instance: the second admits again, without a restart.
+    let r = owner.post_empty(&format!("/api/budgets/{budget_id}")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = other.post("/v1/mcp/events", tool(1)).await;
+        if r.status == 201 {
+            break;
+        }
+        assert_eq!(r.code(), "budget_exceeded", "{r:?}");
+        assert!(Instant::now() < deadline, "the reset never reached the second instance");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A higher limit set through the first instance applies there too.
+    let r = owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 1_000, "policy": "strict_block" }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = other.post("/v1/mcp/events", tool(500)).await;
+        if r.status == 201 {
+            break;
+        }
+        assert_eq!(r.code(), "budget_exceeded", "{r:?}");
+        assert!(Instant::now() < deadline, "the new limit never reached the second instance");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     drop(second);
 }
 

@@ -17,7 +17,7 @@ use diesel_async::RunQueryDsl;
 
 use crate::db::models::Budget;
 use crate::db::schema::{
-    api_keys, budget_reservations, budgets, cost_event_tags, cost_events, organizations,
+    api_keys, budget_changes, budget_reservations, budgets, cost_event_tags, cost_events, organizations,
 };
 use crate::db::{DbResult, Pool};
 use crate::{with_conn, with_tx};
@@ -48,6 +48,55 @@ pub enum Upserted {
 /// transaction that first takes a write lock on the organization row, so concurrent
 /// upserts of one organization run one after the other: they cannot overshoot the
 /// limit, and concurrent upserts of the same entity converge on one row.
+/// Records in `budget_changes`, inside the caller's transaction, that `$budget`'s
+/// row changed: every instance's change watcher refreshes its live actor.
+macro_rules! note_change {
+    ($conn:ident, $budget:expr) => {{
+        let b: &Budget = $budget;
+        diesel::insert_into(budget_changes::table)
+            .values((
+                budget_changes::id.eq(crate::util::ids::new_id()),
+                budget_changes::org_id.eq(&b.org_id),
+                budget_changes::entity_type.eq(&b.entity_type),
+                budget_changes::entity_id.eq(&b.entity_id),
+                budget_changes::changed_at.eq(crate::util::time::now_ms()),
+            ))
+            .execute($conn)
+            .await?;
+    }};
+}
+
+/// A budget changed since `since` (`changed_at` ≥ it): (change id, org, type, id, when).
+pub type BudgetChange = (String, String, String, String, i64);
+
+/// Budget changes recorded at or after `since`, oldest first (at most 10,000).
+pub async fn changes_since(pool: &Pool, since: i64) -> DbResult<Vec<BudgetChange>> {
+    with_conn!(pool, read, |conn| {
+        Ok(budget_changes::table
+            .filter(budget_changes::changed_at.ge(since))
+            .order(budget_changes::changed_at.asc())
+            .select((
+                budget_changes::id,
+                budget_changes::org_id,
+                budget_changes::entity_type,
+                budget_changes::entity_id,
+                budget_changes::changed_at,
+            ))
+            .limit(10_000)
+            .load(conn)
+            .await?)
+    })
+}
+
+/// Drops change records older than `before`.
+pub async fn prune_changes(pool: &Pool, before: i64) -> DbResult<usize> {
+    with_conn!(pool, write, |conn| {
+        Ok(diesel::delete(budget_changes::table.filter(budget_changes::changed_at.lt(before)))
+            .execute(conn)
+            .await?)
+    })
+}
+
 pub async fn upsert(pool: &Pool, row: Budget, max_budgets: Option<i64>) -> DbResult<Upserted> {
     with_tx!(pool, |conn| {
         diesel::update(organizations::table.find(&row.org_id))
@@ -101,6 +150,7 @@ pub async fn upsert(pool: &Pool, row: Budget, max_budgets: Option<i64>) -> DbRes
             .returning(Budget::as_returning())
             .get_result(conn)
             .await?;
+        note_change!(conn, &saved);
         Ok(if saved.id == row.id { Upserted::Created(saved) } else { Upserted::Updated(saved) })
     })
 }
@@ -194,6 +244,9 @@ pub async fn delete(pool: &Pool, org_id: &str, id: &str) -> DbResult<Option<Budg
                 .get_result(conn)
                 .await
                 .optional()?;
+        if let Some(b) = &deleted {
+            note_change!(conn, b);
+        }
         Ok(deleted)
     })
 }
@@ -204,17 +257,22 @@ pub async fn delete(pool: &Pool, org_id: &str, id: &str) -> DbResult<Option<Budg
 /// budget.
 pub async fn reset(pool: &Pool, org_id: &str, id: &str, now: i64) -> DbResult<Option<Budget>> {
     with_tx!(pool, |conn| {
-        Ok(diesel::update(budgets::table.filter(budgets::id.eq(id)).filter(budgets::org_id.eq(org_id)))
-            .set((
-                budgets::spend_microdollars.eq(0),
-                budgets::current_period_start
-                    .eq(case_when(budgets::reset_interval.is_not_null(), now.into_sql::<BigInt>())),
-                budgets::updated_at.eq(now),
-            ))
-            .returning(Budget::as_returning())
-            .get_result(conn)
-            .await
-            .optional()?)
+        let reset: Option<Budget> =
+            diesel::update(budgets::table.filter(budgets::id.eq(id)).filter(budgets::org_id.eq(org_id)))
+                .set((
+                    budgets::spend_microdollars.eq(0),
+                    budgets::current_period_start
+                        .eq(case_when(budgets::reset_interval.is_not_null(), now.into_sql::<BigInt>())),
+                    budgets::updated_at.eq(now),
+                ))
+                .returning(Budget::as_returning())
+                .get_result(conn)
+                .await
+                .optional()?;
+        if let Some(b) = &reset {
+            note_change!(conn, b);
+        }
+        Ok(reset)
     })
 }
 

@@ -163,6 +163,16 @@ diesel::table! {
 }
 
 diesel::table! {
+    budget_changes (id) {
+        id -> Text,
+        org_id -> Text,
+        entity_type -> Text,
+        entity_id -> Text,
+        changed_at -> BigInt,
+    }
+}
+
+diesel::table! {
     cost_event_bodies (event_id) {
         event_id -> Text,
         org_id -> Text,
@@ -217,6 +227,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
     budgets,
     budget_reservations,
+    budget_changes,
     cost_events,
     cost_event_tags,
     cost_event_bodies,
