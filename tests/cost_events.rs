@@ -258,6 +258,8 @@ async fn list_rejects_bad_parameters_with_their_path() {
         ("source=browser".into(), json!(["source"])),
         ("traceId=0AF7651916CD43DD8448EB211C80319C".into(), json!(["traceId"])),
         ("traceId=abc".into(), json!(["traceId"])),
+        // The W3C invalid all-zero id, refused at ingest and by the proxy alike.
+        (format!("traceId={}", "0".repeat(32)), json!(["traceId"])),
         ("sessionId=".into(), json!(["sessionId"])),
         (format!("sessionId={}", "s".repeat(201)), json!(["sessionId"])),
         ("budgetStatus=maybe".into(), json!(["budgetStatus"])),

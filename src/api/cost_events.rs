@@ -636,10 +636,6 @@ pub fn parse_member_key(group_by: &GroupBy, raw: &str) -> Result<Option<String>,
     }
 }
 
-fn is_trace_id(s: &str) -> bool {
-    s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 /// Checks an optional text parameter's length in characters.
 fn check_len(issues: &mut Issues, name: &str, value: Option<&str>, max: usize) {
     if let Some(v) = value {
@@ -686,8 +682,8 @@ fn event_filter(q: ListEventsQuery, query_string: &str) -> Result<EventFilter, A
     check_len(&mut issues, "sessionId", q.session_id.as_deref(), MAX_SESSION_ID_CHARS);
     check_one_of(&mut issues, "source", q.source.as_deref(), SOURCES);
     check_one_of(&mut issues, "budgetStatus", q.budget_status.as_deref(), BUDGET_STATUSES);
-    if q.trace_id.as_deref().is_some_and(|t| !is_trace_id(t)) {
-        issues.push(&["traceId"], "must be 32 lowercase hex characters");
+    if q.trace_id.as_deref().is_some_and(|t| !crate::proxy::trace::is_trace_id(t)) {
+        issues.push(&["traceId"], "must be 32 lowercase hex characters, not all zeros");
     }
     let api_key_id = match q.api_key_id.as_deref() {
         None => None,
