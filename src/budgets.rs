@@ -135,13 +135,6 @@ impl EventSink for OutboxSink {
     }
 }
 
-/// How often [`BudgetService::watch_changes`] polls.
-const CHANGES_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
-/// How far back each poll reads again.
-pub const CHANGES_OVERLAP_MS: i64 = 5_000;
-const CHANGES_PRUNE_EVERY_MS: i64 = 60_000;
-const CHANGES_KEPT_MS: i64 = 3_600_000;
-
 /// Handle to the budget actors.
 #[derive(Clone)]
 pub struct BudgetService {
@@ -159,50 +152,6 @@ impl BudgetService {
 
     pub fn registry(&self) -> &BudgetRegistry {
         &self.registry
-    }
-
-    /// Refreshes live actors whose budget was changed through another process (another
-    /// instance on the same database, or a control-plane-only process): polls
-    /// `budget_changes` every half second, so a limit, reset or delete made anywhere
-    /// applies here within about a second. Changes are read again for
-    /// [`CHANGES_OVERLAP_MS`] (a transaction that took its timestamp earlier can commit
-    /// after a later one; instance clocks may differ by up to that much), each applied
-    /// once. Records older than an hour are pruned.
-    pub fn watch_changes(&self, pool: Pool) {
-        let registry = self.registry.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(CHANGES_EVERY);
-            let mut cursor = crate::util::time::now_ms();
-            let mut applied: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-            let mut last_prune = 0i64;
-            loop {
-                tick.tick().await;
-                match crate::db::budgets::changes_since(&pool, cursor - CHANGES_OVERLAP_MS).await {
-                    Ok(changes) => {
-                        for (id, org_id, entity_type, entity_id, changed_at) in changes {
-                            cursor = cursor.max(changed_at);
-                            if applied.insert(id, changed_at).is_some() {
-                                continue;
-                            }
-                            let Ok(entity_type) = entity_type.parse::<EntityType>() else { continue };
-                            let key = EntityKey::new(org_id, entity_type, entity_id);
-                            if let Err(e) = registry.invalidate(&key).await {
-                                tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
-                            }
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "could not read budget changes; retrying"),
-                }
-                applied.retain(|_, at| *at >= cursor - CHANGES_OVERLAP_MS);
-                let now = crate::util::time::now_ms();
-                if now - last_prune >= CHANGES_PRUNE_EVERY_MS {
-                    last_prune = now;
-                    if let Err(e) = crate::db::budgets::prune_changes(&pool, now - CHANGES_KEPT_MS).await {
-                        tracing::warn!(error = %e, "could not prune budget changes");
-                    }
-                }
-            }
-        });
     }
 
     /// A budget row changed (upsert, reset, delete): a live actor re-reads it before

@@ -8,6 +8,7 @@ pub mod accounting;
 pub mod api;
 pub mod auth;
 pub mod budgets;
+pub mod changes;
 pub mod cli;
 pub mod config;
 pub mod db;
@@ -50,7 +51,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     let workers = config.workers;
     state.pool.start_maintenance();
     periods::start(state.pool.clone(), state.budgets.clone());
-    state.budgets.watch_changes(state.pool.clone());
+    changes::start(state.clone());
     if state.config.shared_budgets {
         db::shared_budgets::start_reaper(state.pool.clone());
     }

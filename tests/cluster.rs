@@ -302,6 +302,31 @@ async fn a_budget_change_through_one_instance_reaches_the_other() {
     drop(second);
 }
 
+/// A key revoked through one instance stops working on the other within about a
+/// second, although the other had it in its key cache (kept two minutes otherwise).
+#[tokio::test]
+async fn a_key_revoked_through_one_instance_stops_on_the_other() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (key_id, raw_key) = create_key(&owner, "agent").await;
+    let second = Server::start(&app.db.url, &[]);
+    let other = key_client(&second.proxy, &raw_key);
+    // Cached as valid on the second instance.
+    assert_eq!(other.get("/v1/policy").await.status, 200);
+    assert_eq!(owner.delete(&format!("/api/keys/{key_id}")).await.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = other.get("/v1/policy").await;
+        if r.status == 401 {
+            break;
+        }
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(Instant::now() < deadline, "the revocation never reached the second instance");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(second);
+}
+
 /// The reaper frees the holds of requests and instances that died: at start, then
 /// every 10 s. An expired hold leaves `reserved`; one still live stays.
 #[tokio::test]

@@ -491,6 +491,8 @@ pub async fn delete_org(
     db::orgs::delete_org(&state.pool, &org.id, &user.user.id, time::now_ms()).await?;
     // The revoked keys may sit in the proxy's positive cache; a revocation must
     // take effect at once, and organization deletes are rare enough to flush it all.
+    // Here at once; on the other instances through the key change feed.
+    db::keys::note_org_keys_changed(&state.pool, &org.id).await?;
     state.keys.invalidate_all();
     Ok(HttpResponse::Ok()
         .json(json!({ "data": { "id": ids::prefixed(ids::ORG, &org.id), "deleted": true } })))
@@ -599,6 +601,8 @@ pub async fn remove_member(
         return Err(stale());
     }
     // The departed member's keys were revoked with the membership.
+    // Here at once; on the other instances through the key change feed.
+    db::keys::note_org_keys_changed(&state.pool, &org.id).await?;
     state.keys.invalidate_all();
     Ok(HttpResponse::Ok()
         .json(json!({ "data": { "userId": ids::prefixed(ids::USER, &target_id), "removed": true } })))
@@ -637,6 +641,8 @@ pub async fn leave_org(
     if !left {
         return Err(stale());
     }
+    // Here at once; on the other instances through the key change feed.
+    db::keys::note_org_keys_changed(&state.pool, &org.id).await?;
     state.keys.invalidate_all();
     Ok(HttpResponse::Ok()
         .json(json!({ "data": { "orgId": ids::prefixed(ids::ORG, &org.id), "left": true } })))

@@ -8,10 +8,62 @@ use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 
 use crate::db::models::ApiKey;
-use crate::db::schema::{api_keys, organizations};
+use crate::db::schema::{api_keys, key_changes, organizations};
 use crate::db::{DbResult, Pool};
 use crate::util::pagination::After;
 use crate::{with_conn, with_tx};
+
+/// Records in `key_changes`, inside the caller's transaction, that a key (`Some`
+/// hash) or every key of an organization (`None`) changed: every instance's change
+/// watcher flushes it from its key cache.
+macro_rules! note_key_change {
+    ($conn:ident, $org_id:expr, $key_hash:expr) => {{
+        let key_hash: Option<&str> = $key_hash;
+        diesel::insert_into(key_changes::table)
+            .values((
+                key_changes::id.eq(crate::util::ids::new_id()),
+                key_changes::org_id.eq($org_id),
+                key_changes::key_hash.eq(key_hash),
+                key_changes::changed_at.eq(crate::util::time::now_ms()),
+            ))
+            .execute($conn)
+            .await?;
+    }};
+}
+
+/// Records that every key of `org_id` changed (revoked with a membership or the
+/// organization): each instance flushes its key cache.
+pub async fn note_org_keys_changed(pool: &Pool, org_id: &str) -> DbResult<()> {
+    with_conn!(pool, write, |conn| {
+        note_key_change!(conn, org_id, None);
+        Ok(())
+    })
+}
+
+/// A key change: (change id, key hash or `None` for every key, when).
+pub type KeyChange = (String, Option<String>, i64);
+
+/// Key changes recorded at or after `since`, oldest first (at most 10,000).
+pub async fn changes_since(pool: &Pool, since: i64) -> DbResult<Vec<KeyChange>> {
+    with_conn!(pool, read, |conn| {
+        Ok(key_changes::table
+            .filter(key_changes::changed_at.ge(since))
+            .order(key_changes::changed_at.asc())
+            .select((key_changes::id, key_changes::key_hash, key_changes::changed_at))
+            .limit(10_000)
+            .load(conn)
+            .await?)
+    })
+}
+
+/// Drops key change records older than `before`.
+pub async fn prune_changes(pool: &Pool, before: i64) -> DbResult<usize> {
+    with_conn!(pool, write, |conn| {
+        Ok(diesel::delete(key_changes::table.filter(key_changes::changed_at.lt(before)))
+            .execute(conn)
+            .await?)
+    })
+}
 
 /// `last_used_at` is written at most this often per key.
 pub const TOUCH_INTERVAL_MS: i64 = 60_000;
@@ -137,7 +189,7 @@ pub async fn find_active(pool: &Pool, org_id: &str, id: &str) -> DbResult<Option
 /// no such key. `changes` must not be empty.
 pub async fn update(pool: &Pool, org_id: &str, id: &str, changes: KeyChanges) -> DbResult<Option<ApiKey>> {
     with_tx!(pool, |conn| {
-        Ok(diesel::update(
+        let row: Option<ApiKey> = diesel::update(
             api_keys::table
                 .filter(api_keys::id.eq(id))
                 .filter(api_keys::org_id.eq(org_id))
@@ -147,7 +199,11 @@ pub async fn update(pool: &Pool, org_id: &str, id: &str, changes: KeyChanges) ->
         .returning(ApiKey::as_returning())
         .get_result(conn)
         .await
-        .optional()?)
+        .optional()?;
+        if let Some(k) = &row {
+            note_key_change!(conn, &k.org_id, Some(k.key_hash.as_str()));
+        }
+        Ok(row)
     })
 }
 
@@ -155,7 +211,7 @@ pub async fn update(pool: &Pool, org_id: &str, id: &str, changes: KeyChanges) ->
 /// (its hash is needed to flush caches), or `None` when there is no such key.
 pub async fn revoke(pool: &Pool, org_id: &str, id: &str, now: i64) -> DbResult<Option<ApiKey>> {
     with_tx!(pool, |conn| {
-        Ok(diesel::update(
+        let row: Option<ApiKey> = diesel::update(
             api_keys::table
                 .filter(api_keys::id.eq(id))
                 .filter(api_keys::org_id.eq(org_id))
@@ -165,7 +221,11 @@ pub async fn revoke(pool: &Pool, org_id: &str, id: &str, now: i64) -> DbResult<O
         .returning(ApiKey::as_returning())
         .get_result(conn)
         .await
-        .optional()?)
+        .optional()?;
+        if let Some(k) = &row {
+            note_key_change!(conn, &k.org_id, Some(k.key_hash.as_str()));
+        }
+        Ok(row)
     })
 }
 

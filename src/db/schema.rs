@@ -173,6 +173,15 @@ diesel::table! {
 }
 
 diesel::table! {
+    key_changes (id) {
+        id -> Text,
+        org_id -> Text,
+        key_hash -> Nullable<Text>,
+        changed_at -> BigInt,
+    }
+}
+
+diesel::table! {
     cost_event_bodies (event_id) {
         event_id -> Text,
         org_id -> Text,
@@ -228,6 +237,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     budgets,
     budget_reservations,
     budget_changes,
+    key_changes,
     cost_events,
     cost_event_tags,
     cost_event_bodies,

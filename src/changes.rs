@@ -1,0 +1,122 @@
+//! The change feeds: budget and API key changes made through any process reach every
+//! process sharing the database.
+//!
+//! A budget upsert, reset or delete writes a `budget_changes` row, and a key update or
+//! revocation (or a membership or organization going, for all of its keys) a
+//! `key_changes` row, in the transaction of the change. Each process polls both every
+//! [`POLL_EVERY`]: it refreshes its live budget actor of each changed budget and drops
+//! each changed key from its key cache. The process that made a change applies it to
+//! itself at once; the others within about a second. Polls read [`OVERLAP_MS`] back (a
+//! transaction that took its timestamp earlier may commit after a later one, and
+//! instance clocks may differ by up to that much); each change is applied once. Rows
+//! older than [`KEPT_MS`] are pruned.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use actors::budget::EntityType;
+use actors::store::EntityKey;
+
+use crate::db;
+use crate::state::AppState;
+use crate::util::time;
+
+/// How often each process reads the feeds.
+pub const POLL_EVERY: Duration = Duration::from_millis(500);
+/// How far back each poll reads again.
+pub const OVERLAP_MS: i64 = 5_000;
+/// Change rows are kept this long.
+pub const KEPT_MS: i64 = 3_600_000;
+const PRUNE_EVERY_MS: i64 = 60_000;
+
+/// Starts the watcher on the current runtime.
+pub fn start(state: AppState) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(POLL_EVERY);
+        let mut feeds = Feeds { budgets: Cursor::new(), keys: Cursor::new() };
+        let mut last_prune = 0i64;
+        loop {
+            tick.tick().await;
+            feeds.poll(&state).await;
+            let now = time::now_ms();
+            if now - last_prune >= PRUNE_EVERY_MS {
+                last_prune = now;
+                let before = now - KEPT_MS;
+                if let Err(e) = db::budgets::prune_changes(&state.pool, before).await {
+                    tracing::warn!(error = %e, "could not prune budget changes");
+                }
+                if let Err(e) = db::keys::prune_changes(&state.pool, before).await {
+                    tracing::warn!(error = %e, "could not prune key changes");
+                }
+            }
+        }
+    });
+}
+
+/// Where one feed was read up to, and the changes already applied in the overlap.
+struct Cursor {
+    at: i64,
+    applied: HashMap<String, i64>,
+}
+
+impl Cursor {
+    fn new() -> Self {
+        Self { at: time::now_ms(), applied: HashMap::new() }
+    }
+
+    fn since(&self) -> i64 {
+        self.at - OVERLAP_MS
+    }
+
+    /// Whether a change is new (and notes it as applied).
+    fn fresh(&mut self, id: String, changed_at: i64) -> bool {
+        self.at = self.at.max(changed_at);
+        self.applied.insert(id, changed_at).is_none()
+    }
+
+    fn forget_old(&mut self) {
+        let since = self.since();
+        self.applied.retain(|_, at| *at >= since);
+    }
+}
+
+struct Feeds {
+    budgets: Cursor,
+    keys: Cursor,
+}
+
+impl Feeds {
+    async fn poll(&mut self, state: &AppState) {
+        match db::budgets::changes_since(&state.pool, self.budgets.since()).await {
+            Ok(changes) => {
+                for (id, org_id, entity_type, entity_id, changed_at) in changes {
+                    if !self.budgets.fresh(id, changed_at) {
+                        continue;
+                    }
+                    let Ok(entity_type) = entity_type.parse::<EntityType>() else { continue };
+                    let key = EntityKey::new(org_id, entity_type, entity_id);
+                    if let Err(e) = state.budgets.registry().invalidate(&key).await {
+                        tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read budget changes; retrying"),
+        }
+        self.budgets.forget_old();
+        match db::keys::changes_since(&state.pool, self.keys.since()).await {
+            Ok(changes) => {
+                for (id, key_hash, changed_at) in changes {
+                    if !self.keys.fresh(id, changed_at) {
+                        continue;
+                    }
+                    match key_hash {
+                        Some(hash) => state.keys.invalidate(&hash),
+                        None => state.keys.invalidate_all(),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read key changes; retrying"),
+        }
+        self.keys.forget_old();
+    }
+}
