@@ -40,6 +40,16 @@ pub struct AccountingWriter {
     tx: mpsc::Sender<Job>,
 }
 
+/// Where the writer counts its work (see [`crate::metrics::Metrics::accounting`]).
+#[derive(Clone)]
+pub struct WriterMetrics(pub prometheus::IntCounterVec);
+
+impl WriterMetrics {
+    fn add(&self, figure: &str, n: u64) {
+        self.0.with_label_values(&[figure]).inc_by(n);
+    }
+}
+
 /// Called after each commit with the budgets whose spend moved.
 pub type OnCommit = Box<dyn Fn(&[SpendChange]) + Send + Sync>;
 
@@ -47,10 +57,15 @@ impl AccountingWriter {
     /// Starts the writer on the current runtime.
     /// Starts the writer on the current runtime; `linger` is how long a commit of
     /// background events only ([`AccountingWriter::record`]) waits for company.
-    pub fn start(pool: Pool, on_commit: OnCommit, linger: Duration) -> Self {
+    pub fn start(pool: Pool, on_commit: OnCommit, linger: Duration, metrics: WriterMetrics) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(run(pool, rx, on_commit, linger));
+        tokio::spawn(run(pool, rx, on_commit, linger, metrics));
         AccountingWriter { tx }
+    }
+
+    /// Commit jobs waiting for the writer.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
     }
 
     /// Makes `events` durable; returns one outcome per event, in order. An error
@@ -76,7 +91,13 @@ impl AccountingWriter {
     }
 }
 
-async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, on_commit: OnCommit, linger: Duration) {
+async fn run(
+    pool: Pool,
+    mut rx: mpsc::Receiver<Job>,
+    on_commit: OnCommit,
+    linger: Duration,
+    metrics: WriterMetrics,
+) {
     while let Some(first) = rx.recv().await {
         let mut urgent = first.urgent;
         let mut count = first.events.len();
@@ -107,8 +128,12 @@ async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, on_commit: OnCommit, linge
             replies.push(job.reply);
         }
         let started = std::time::Instant::now();
-        match commit_with_retry(&pool, std::sync::Arc::new(events)).await {
+        let result = commit_with_retry(&pool, std::sync::Arc::new(events)).await;
+        metrics.add("commit_microseconds", u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+        match result {
             Ok(CommitResult { outcomes, changes }) => {
+                metrics.add("commits", 1);
+                metrics.add("events", u64::try_from(count).unwrap_or(u64::MAX));
                 tracing::debug!(
                     events = count,
                     jobs = sizes.len(),
@@ -122,6 +147,7 @@ async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, on_commit: OnCommit, linge
                 }
             }
             Err(e) => {
+                metrics.add("failed_commits", 1);
                 tracing::error!(error = %e, "cost event commit failed");
                 for reply in replies {
                     let _ = reply.send(Err(e.to_string()));

@@ -15,6 +15,12 @@ pub struct Metrics {
     /// Proxied calls charged at an estimate, by reason (`unknown_model`, `no_usage`,
     /// `cancelled`, `stream_error`).
     pub proxy_estimated: IntCounterVec,
+    /// The accounting writer: `commits`, `events` committed, `commit_microseconds`
+    /// spent committing (its rate over one second is the writer's busy fraction: near
+    /// 1 it is the bottleneck), `failed_commits`.
+    pub accounting: IntCounterVec,
+    /// Commit jobs waiting for the accounting writer (refreshed at each scrape).
+    pub accounting_queue: IntGauge,
 }
 
 impl Metrics {
@@ -43,7 +49,28 @@ impl Metrics {
         )
         .expect("valid counter");
         registry.register(Box::new(proxy_estimated.clone())).expect("unique counter");
-        Metrics { registry, live_actors, registry_figures: registry_gauges, proxy_requests, proxy_estimated }
+        let accounting = IntCounterVec::new(
+            Opts::new(
+                "accounting_total",
+                "Accounting writer: commits, events, commit_microseconds, failed_commits",
+            ),
+            &["figure"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(accounting.clone())).expect("unique counter");
+        let accounting_queue =
+            IntGauge::new("accounting_queue_depth", "Commit jobs waiting for the accounting writer")
+                .expect("valid gauge");
+        registry.register(Box::new(accounting_queue.clone())).expect("unique gauge");
+        Metrics {
+            registry,
+            live_actors,
+            registry_figures: registry_gauges,
+            proxy_requests,
+            proxy_estimated,
+            accounting,
+            accounting_queue,
+        }
     }
 
     /// Copies the budget registry's figures into the gauges (called before a scrape).

@@ -54,7 +54,12 @@ impl AppState {
             let budgets = budgets.clone();
             Box::new(move |changes: &[crate::db::cost_events::SpendChange]| budgets.spend_committed(changes))
         };
-        let writer = AccountingWriter::start(pool.clone(), on_commit, config.accounting_linger);
+        let writer = AccountingWriter::start(
+            pool.clone(),
+            on_commit,
+            config.accounting_linger,
+            crate::accounting::WriterMetrics(metrics.accounting.clone()),
+        );
         let keys = KeyValidator::new(pool.clone());
         let rate_limits =
             RateLimiters::new(config.rate_limit_ip_per_minute, config.rate_limit_key_per_minute);

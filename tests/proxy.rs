@@ -291,6 +291,13 @@ async fn unknown_models_and_missing_usage_are_charged_their_estimate() {
     assert!(no_usage["costMicrodollars"].as_i64().unwrap() > 0);
     let metrics = s.app.proxy().get("/health/metrics").await;
     assert!(metrics.text.contains("proxy_estimated_total"), "{}", metrics.text);
+    // Both events went through the accounting writer.
+    let committed = metrics.body["spendgate_accounting_total"]
+        .as_array()
+        .and_then(|v| v.iter().find(|m| m["labels"]["figure"] == "events"))
+        .and_then(|m| m["value"].as_f64());
+    assert!(committed.is_some_and(|n| n >= 2.0), "{}", metrics.text);
+    assert!(metrics.body["spendgate_accounting_queue_depth"].is_array(), "{}", metrics.text);
 }
 
 #[tokio::test]
