@@ -28,6 +28,11 @@ pub const OVERLAP_MS: i64 = 5_000;
 /// Change rows are kept this long.
 pub const KEPT_MS: i64 = 3_600_000;
 const PRUNE_EVERY_MS: i64 = 60_000;
+/// Changes read per query; a poll reads page after page (keyset on `(changed_at, id)`)
+/// until a page is short, so a burst of changes inside the overlap is never re-read
+/// in a loop.
+const PAGE: i64 = 1_000;
+const PAGE_LEN: usize = 1_000;
 
 /// Starts the watcher on the current runtime.
 pub fn start(state: AppState) {
@@ -87,35 +92,58 @@ struct Feeds {
 
 impl Feeds {
     async fn poll(&mut self, state: &AppState) {
-        match db::budgets::changes_since(&state.pool, self.budgets.since()).await {
-            Ok(changes) => {
-                for (id, org_id, entity_type, entity_id, changed_at) in changes {
-                    if !self.budgets.fresh(id, changed_at) {
-                        continue;
-                    }
-                    let Ok(entity_type) = entity_type.parse::<EntityType>() else { continue };
-                    let key = EntityKey::new(org_id, entity_type, entity_id);
-                    if let Err(e) = state.budgets.registry().invalidate(&key).await {
-                        tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
-                    }
+        let since = self.budgets.since();
+        let mut after = None;
+        loop {
+            let page = match db::budgets::changes_since(&state.pool, since, after.take(), PAGE).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read budget changes; retrying");
+                    break;
+                }
+            };
+            let full = page.len() == PAGE_LEN;
+            for (id, org_id, entity_type, entity_id, changed_at) in page {
+                after = Some((changed_at, id.clone()));
+                if !self.budgets.fresh(id, changed_at) {
+                    continue;
+                }
+                let Ok(entity_type) = entity_type.parse::<EntityType>() else { continue };
+                let key = EntityKey::new(org_id, entity_type, entity_id);
+                if let Err(e) = state.budgets.registry().invalidate(&key).await {
+                    tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "could not read budget changes; retrying"),
+            if !full {
+                break;
+            }
         }
         self.budgets.forget_old();
-        match db::keys::changes_since(&state.pool, self.keys.since()).await {
-            Ok(changes) => {
-                for (id, key_hash, changed_at) in changes {
-                    if !self.keys.fresh(id, changed_at) {
-                        continue;
-                    }
-                    match key_hash {
-                        Some(hash) => state.keys.invalidate(&hash),
-                        None => state.keys.invalidate_all(),
-                    }
+
+        let since = self.keys.since();
+        let mut after = None;
+        loop {
+            let page = match db::keys::changes_since(&state.pool, since, after.take(), PAGE).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read key changes; retrying");
+                    break;
+                }
+            };
+            let full = page.len() == PAGE_LEN;
+            for (id, key_hash, changed_at) in page {
+                after = Some((changed_at, id.clone()));
+                if !self.keys.fresh(id, changed_at) {
+                    continue;
+                }
+                match key_hash {
+                    Some(hash) => state.keys.invalidate(&hash),
+                    None => state.keys.invalidate_all(),
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "could not read key changes; retrying"),
+            if !full {
+                break;
+            }
         }
         self.keys.forget_old();
     }

@@ -302,6 +302,49 @@ async fn a_budget_change_through_one_instance_reaches_the_other() {
     drop(second);
 }
 
+/// A burst of changes larger than one page of the feed (here 2,500 unrelated ones in
+/// the same millisecond) does not hide the change after it: the watcher reads page
+/// after page instead of re-reading the first one.
+#[tokio::test]
+async fn a_burst_of_changes_does_not_hide_the_next_one() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (key_id, raw_key) = create_key(&owner, "agent").await;
+    let r = owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 100, "policy": "strict_block" }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let budget_id = r.body["id"].as_str().unwrap().to_owned();
+    let second = Server::start(&app.db.url, &[]);
+    let other = key_client(&second.proxy, &raw_key);
+    let tool = |cost: i64| json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": cost });
+    assert_eq!(other.post("/v1/mcp/events", tool(100)).await.status, 201);
+    assert_eq!(other.post("/v1/mcp/events", tool(1)).await.code(), "budget_exceeded");
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    app.exec_sql(&format!(
+        "INSERT INTO budget_changes (id, org_id, entity_type, entity_id, changed_at) \
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
+         SELECT 'burst-' || i, 'org-none', 'tag', 'k=v' || i, {now_ms} FROM n"
+    ))
+    .await;
+    let r = owner.post_empty(&format!("/api/budgets/{budget_id}")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = other.post("/v1/mcp/events", tool(1)).await;
+        if r.status == 201 {
+            break;
+        }
+        assert_eq!(r.code(), "budget_exceeded", "{r:?}");
+        assert!(Instant::now() < deadline, "the reset behind the burst never reached the second instance");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(second);
+}
+
 /// A key revoked through one instance stops working on the other within about a
 /// second, although the other had it in its key cache (kept two minutes otherwise).
 #[tokio::test]

@@ -69,12 +69,25 @@ macro_rules! note_change {
 /// A budget changed since `since` (`changed_at` ≥ it): (change id, org, type, id, when).
 pub type BudgetChange = (String, String, String, String, i64);
 
-/// Budget changes recorded at or after `since`, oldest first (at most 10,000).
-pub async fn changes_since(pool: &Pool, since: i64) -> DbResult<Vec<BudgetChange>> {
+/// Up to `limit` budget changes recorded at or after `since` and after the change
+/// `after` (its `(changed_at, id)`), in `(changed_at, id)` order: a page of the feed.
+pub async fn changes_since(
+    pool: &Pool,
+    since: i64,
+    after: Option<(i64, String)>,
+    limit: i64,
+) -> DbResult<Vec<BudgetChange>> {
     with_conn!(pool, read, |conn| {
-        Ok(budget_changes::table
-            .filter(budget_changes::changed_at.ge(since))
-            .order(budget_changes::changed_at.asc())
+        let mut query = budget_changes::table.filter(budget_changes::changed_at.ge(since)).into_boxed();
+        if let Some((at, id)) = &after {
+            query = query.filter(
+                budget_changes::changed_at
+                    .gt(*at)
+                    .or(budget_changes::changed_at.eq(*at).and(budget_changes::id.gt(id.clone()))),
+            );
+        }
+        Ok(query
+            .order((budget_changes::changed_at.asc(), budget_changes::id.asc()))
             .select((
                 budget_changes::id,
                 budget_changes::org_id,
@@ -82,7 +95,7 @@ pub async fn changes_since(pool: &Pool, since: i64) -> DbResult<Vec<BudgetChange
                 budget_changes::entity_id,
                 budget_changes::changed_at,
             ))
-            .limit(10_000)
+            .limit(limit)
             .load(conn)
             .await?)
     })

@@ -43,14 +43,27 @@ pub async fn note_org_keys_changed(pool: &Pool, org_id: &str) -> DbResult<()> {
 /// A key change: (change id, key hash or `None` for every key, when).
 pub type KeyChange = (String, Option<String>, i64);
 
-/// Key changes recorded at or after `since`, oldest first (at most 10,000).
-pub async fn changes_since(pool: &Pool, since: i64) -> DbResult<Vec<KeyChange>> {
+/// Up to `limit` key changes recorded at or after `since` and after the change
+/// `after` (its `(changed_at, id)`), in `(changed_at, id)` order: a page of the feed.
+pub async fn changes_since(
+    pool: &Pool,
+    since: i64,
+    after: Option<(i64, String)>,
+    limit: i64,
+) -> DbResult<Vec<KeyChange>> {
     with_conn!(pool, read, |conn| {
-        Ok(key_changes::table
-            .filter(key_changes::changed_at.ge(since))
-            .order(key_changes::changed_at.asc())
+        let mut query = key_changes::table.filter(key_changes::changed_at.ge(since)).into_boxed();
+        if let Some((at, id)) = &after {
+            query = query.filter(
+                key_changes::changed_at
+                    .gt(*at)
+                    .or(key_changes::changed_at.eq(*at).and(key_changes::id.gt(id.clone()))),
+            );
+        }
+        Ok(query
+            .order((key_changes::changed_at.asc(), key_changes::id.asc()))
             .select((key_changes::id, key_changes::key_hash, key_changes::changed_at))
-            .limit(10_000)
+            .limit(limit)
             .load(conn)
             .await?)
     })
