@@ -120,30 +120,41 @@ impl Drop for Mock {
 }
 
 fn start_mock() -> Mock {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind mock upstream");
-    let port = listener.local_addr().expect("mock address").port();
+    serve("mock-upstream", 1, |cfg| {
+        cfg.route("/v1/chat/completions", web::post().to(mock_chat));
+    })
+}
+
+/// Runs an HTTP server with `workers` workers on its own thread and actix system,
+/// configured per worker by `configure`; returns its base URL and handle.
+fn serve(
+    name: &str,
+    workers: usize,
+    configure: impl Fn(&mut web::ServiceConfig) + Send + Clone + 'static,
+) -> Mock {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("local address").port();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
-        .name("mock-upstream".to_owned())
+        .name(name.to_owned())
         .spawn(move || {
             actix_web::rt::System::new().block_on(async move {
-                let server =
-                    HttpServer::new(|| App::new().route("/v1/chat/completions", web::post().to(mock_chat)))
-                        .workers(1)
-                        // A provider does not hold small writes back (Nagle); nor may the mock.
-                        .tcp_nodelay(true)
-                        .disable_signals()
-                        .shutdown_timeout(0)
-                        .keep_alive(Duration::from_secs(120))
-                        .listen(listener)
-                        .expect("mock listen")
-                        .run();
+                let server = HttpServer::new(move || App::new().configure(configure.clone()))
+                    .workers(workers)
+                    // A provider does not hold small writes back (Nagle); nor may the mock.
+                    .tcp_nodelay(true)
+                    .disable_signals()
+                    .shutdown_timeout(0)
+                    .keep_alive(Duration::from_secs(120))
+                    .listen(listener)
+                    .expect("listen")
+                    .run();
                 let _ = tx.send(server.handle());
                 let _ = server.await;
             });
         })
-        .expect("spawn mock thread");
-    let handle = rx.recv().expect("mock started");
+        .expect("spawn server thread");
+    let handle = rx.recv().expect("server started");
     Mock { base: format!("http://127.0.0.1:{port}"), handle }
 }
 
@@ -178,35 +189,12 @@ async fn forward(
 /// Starts the bare forwarder on its own thread with two workers (as spendgate has on
 /// two cores); returns its base URL.
 fn start_forwarder(upstream: &str) -> Mock {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind forwarder");
-    let port = listener.local_addr().expect("forwarder address").port();
     let upstream = format!("{upstream}/v1/chat/completions");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("bare-forwarder".to_owned())
-        .spawn(move || {
-            actix_web::rt::System::new().block_on(async move {
-                let server = HttpServer::new(move || {
-                    App::new()
-                        .app_data(web::Data::new(awc::Client::default()))
-                        .app_data(web::Data::new(upstream.clone()))
-                        .route("/v1/chat/completions", web::post().to(forward))
-                })
-                .workers(2)
-                .tcp_nodelay(true)
-                .disable_signals()
-                .shutdown_timeout(0)
-                .keep_alive(Duration::from_secs(120))
-                .listen(listener)
-                .expect("forwarder listen")
-                .run();
-                let _ = tx.send(server.handle());
-                let _ = server.await;
-            });
-        })
-        .expect("spawn forwarder thread");
-    let handle = rx.recv().expect("forwarder started");
-    Mock { base: format!("http://127.0.0.1:{port}"), handle }
+    serve("bare-forwarder", 2, move |cfg| {
+        cfg.app_data(web::Data::new(awc::Client::default()))
+            .app_data(web::Data::new(upstream.clone()))
+            .route("/v1/chat/completions", web::post().to(forward));
+    })
 }
 
 // ---------------------------------------------------------------------------------

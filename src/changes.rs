@@ -12,12 +12,13 @@
 //! older than [`KEPT_MS`] are pruned.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
 use actors::budget::EntityType;
 use actors::store::EntityKey;
 
-use crate::db;
+use crate::db::{self, DbResult};
 use crate::state::AppState;
 use crate::util::time;
 
@@ -31,8 +32,7 @@ const PRUNE_EVERY_MS: i64 = 60_000;
 /// Changes read per query; a poll reads page after page (keyset on `(changed_at, id)`)
 /// until a page is short, so a burst of changes inside the overlap is never re-read
 /// in a loop.
-const PAGE: i64 = 1_000;
-const PAGE_LEN: usize = 1_000;
+const PAGE: usize = 1_000;
 
 /// Starts the watcher on the current runtime.
 pub fn start(state: AppState) {
@@ -69,19 +69,41 @@ impl Cursor {
         Self { at: time::now_ms(), applied: HashMap::new() }
     }
 
-    fn since(&self) -> i64 {
-        self.at - OVERLAP_MS
-    }
-
-    /// Whether a change is new (and notes it as applied).
-    fn fresh(&mut self, id: String, changed_at: i64) -> bool {
-        self.at = self.at.max(changed_at);
-        self.applied.insert(id, changed_at).is_none()
-    }
-
-    fn forget_old(&mut self) {
-        let since = self.since();
-        self.applied.retain(|_, at| *at >= since);
+    /// Reads the feed from [`OVERLAP_MS`] before the cursor, page after page, and
+    /// returns the changes not applied yet (noting them as applied). `fetch(since,
+    /// after)` reads one page; `id_at` gives a row's change id and time.
+    async fn fresh<T, F, Fut>(&mut self, feed: &str, fetch: F, id_at: fn(&T) -> (&str, i64)) -> Vec<T>
+    where
+        F: Fn(i64, Option<(i64, String)>) -> Fut,
+        Fut: Future<Output = DbResult<Vec<T>>>,
+    {
+        let since = self.at - OVERLAP_MS;
+        let mut after = None;
+        let mut fresh = Vec::new();
+        loop {
+            let page = match fetch(since, after.take()).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, feed, "could not read changes; retrying");
+                    break;
+                }
+            };
+            let full = page.len() == PAGE;
+            for row in page {
+                let (id, at) = id_at(&row);
+                after = Some((at, id.to_owned()));
+                self.at = self.at.max(at);
+                if self.applied.insert(id.to_owned(), at).is_none() {
+                    fresh.push(row);
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        let keep_from = self.at - OVERLAP_MS;
+        self.applied.retain(|_, at| *at >= keep_from);
+        fresh
     }
 }
 
@@ -92,59 +114,35 @@ struct Feeds {
 
 impl Feeds {
     async fn poll(&mut self, state: &AppState) {
-        let since = self.budgets.since();
-        let mut after = None;
-        loop {
-            let page = match db::budgets::changes_since(&state.pool, since, after.take(), PAGE).await {
-                Ok(page) => page,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read budget changes; retrying");
-                    break;
-                }
-            };
-            let full = page.len() == PAGE_LEN;
-            for (id, org_id, entity_type, entity_id, changed_at) in page {
-                after = Some((changed_at, id.clone()));
-                if !self.budgets.fresh(id, changed_at) {
-                    continue;
-                }
-                let Ok(entity_type) = entity_type.parse::<EntityType>() else { continue };
-                let key = EntityKey::new(org_id, entity_type, entity_id);
-                if let Err(e) = state.budgets.registry().invalidate(&key).await {
-                    tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
-                }
-            }
-            if !full {
-                break;
+        let pool = &state.pool;
+        let budgets = self
+            .budgets
+            .fresh(
+                "budget_changes",
+                |since, after| db::budgets::changes_since(pool, since, after, PAGE),
+                |c| (c.0.as_str(), c.4),
+            )
+            .await;
+        for (_, org_id, entity_type, entity_id, _) in budgets {
+            let Ok(entity_type) = entity_type.parse::<EntityType>() else { continue };
+            let key = EntityKey::new(org_id, entity_type, entity_id);
+            if let Err(e) = state.budgets.registry().invalidate(&key).await {
+                tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
             }
         }
-        self.budgets.forget_old();
-
-        let since = self.keys.since();
-        let mut after = None;
-        loop {
-            let page = match db::keys::changes_since(&state.pool, since, after.take(), PAGE).await {
-                Ok(page) => page,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read key changes; retrying");
-                    break;
-                }
-            };
-            let full = page.len() == PAGE_LEN;
-            for (id, key_hash, changed_at) in page {
-                after = Some((changed_at, id.clone()));
-                if !self.keys.fresh(id, changed_at) {
-                    continue;
-                }
-                match key_hash {
-                    Some(hash) => state.keys.invalidate(&hash),
-                    None => state.keys.invalidate_all(),
-                }
-            }
-            if !full {
-                break;
+        let keys = self
+            .keys
+            .fresh(
+                "key_changes",
+                |since, after| db::keys::changes_since(pool, since, after, PAGE),
+                |c| (c.0.as_str(), c.2),
+            )
+            .await;
+        for (_, key_hash, _) in keys {
+            match key_hash {
+                Some(hash) => state.keys.invalidate(&hash),
+                None => state.keys.invalidate_all(),
             }
         }
-        self.keys.forget_old();
     }
 }

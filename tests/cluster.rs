@@ -191,14 +191,7 @@ async fn two_instances_never_together_pass_a_strict_budget_with_tool_events() {
     let app = TestApp::start_with(&env).await;
     let owner = app.owner().await;
     let (key_id, raw_key) = create_key(&owner, "agent").await;
-    let r = owner
-        .post(
-            "/api/budgets",
-            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": TOOL_LIMIT,
-                    "policy": "strict_block" }),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
+    strict_key_budget(&owner, &key_id, TOOL_LIMIT).await;
     let second = Server::start(&app.db.url, &env);
     let proxies = [key_client(&app.server.proxy, &raw_key), key_client(&second.proxy, &raw_key)];
     let ok = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
@@ -211,9 +204,7 @@ async fn two_instances_never_together_pass_a_strict_budget_with_tool_events() {
         tasks.push(tokio::spawn(async move {
             for i in 0..PER_TASK {
                 let which = (t + i) % 2;
-                let event =
-                    json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": TOOL_COST });
-                let r = proxies[which].post("/v1/mcp/events", event).await;
+                let r = proxies[which].post("/v1/mcp/events", tool(TOOL_COST)).await;
                 match (r.status, r.code()) {
                     (201, _) => _ = ok[which].fetch_add(1, Ordering::Relaxed),
                     (429, "budget_exceeded") => _ = denied.fetch_add(1, Ordering::Relaxed),
@@ -243,6 +234,38 @@ async fn two_instances_never_together_pass_a_strict_budget_with_tool_events() {
     drop(second);
 }
 
+/// An MCP tool event costing `cost`.
+fn tool(cost: i64) -> serde_json::Value {
+    json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": cost })
+}
+
+/// Creates (or updates) a `strict_block` budget of `limit` on the key; returns its id.
+async fn strict_key_budget(owner: &crate::support::Client, key_id: &str, limit: i64) -> String {
+    let r = owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": limit, "policy": "strict_block" }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    r.body["id"].as_str().unwrap().to_owned()
+}
+
+/// Sends tool events of `cost` through `proxy` until one is admitted; each refusal
+/// must be `budget_exceeded`, and `what` fails the test after 5 s.
+async fn admitted_soon(proxy: &crate::support::Client, cost: i64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = proxy.post("/v1/mcp/events", tool(cost)).await;
+        if r.status == 201 {
+            return;
+        }
+        assert_eq!(r.code(), "budget_exceeded", "{r:?}");
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A budget changed through one instance applies on the other within about a second:
 /// the other's live actor is refreshed from `budget_changes` (both backends: two
 /// processes on one SQLite file is the split control/proxy deployment).
@@ -251,17 +274,9 @@ async fn a_budget_change_through_one_instance_reaches_the_other() {
     let app = TestApp::start().await;
     let owner = app.owner().await;
     let (key_id, raw_key) = create_key(&owner, "agent").await;
-    let r = owner
-        .post(
-            "/api/budgets",
-            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 100, "policy": "strict_block" }),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let budget_id = r.body["id"].as_str().unwrap().to_owned();
+    let budget_id = strict_key_budget(&owner, &key_id, 100).await;
     let second = Server::start(&app.db.url, &[]);
     let other = key_client(&second.proxy, &raw_key);
-    let tool = |cost: i64| json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": cost });
     // The second instance's actor fills the budget, then refuses.
     assert_eq!(other.post("/v1/mcp/events", tool(100)).await.status, 201);
     let r = other.post("/v1/mcp/events", tool(1)).await;
@@ -270,35 +285,11 @@ async fn a_budget_change_through_one_instance_reaches_the_other() {
     // Reset through the first instance: the second admits again, without a restart.
     let r = owner.post_empty(&format!("/api/budgets/{budget_id}")).await;
     assert_eq!(r.status, 200, "{r:?}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let r = other.post("/v1/mcp/events", tool(1)).await;
-        if r.status == 201 {
-            break;
-        }
-        assert_eq!(r.code(), "budget_exceeded", "{r:?}");
-        assert!(Instant::now() < deadline, "the reset never reached the second instance");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    admitted_soon(&other, 1, "the reset never reached the second instance").await;
 
     // A higher limit set through the first instance applies there too.
-    let r = owner
-        .post(
-            "/api/budgets",
-            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 1_000, "policy": "strict_block" }),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let r = other.post("/v1/mcp/events", tool(500)).await;
-        if r.status == 201 {
-            break;
-        }
-        assert_eq!(r.code(), "budget_exceeded", "{r:?}");
-        assert!(Instant::now() < deadline, "the new limit never reached the second instance");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    strict_key_budget(&owner, &key_id, 1_000).await;
+    admitted_soon(&other, 500, "the new limit never reached the second instance").await;
     drop(second);
 }
 
@@ -310,17 +301,9 @@ async fn a_burst_of_changes_does_not_hide_the_next_one() {
     let app = TestApp::start().await;
     let owner = app.owner().await;
     let (key_id, raw_key) = create_key(&owner, "agent").await;
-    let r = owner
-        .post(
-            "/api/budgets",
-            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 100, "policy": "strict_block" }),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let budget_id = r.body["id"].as_str().unwrap().to_owned();
+    let budget_id = strict_key_budget(&owner, &key_id, 100).await;
     let second = Server::start(&app.db.url, &[]);
     let other = key_client(&second.proxy, &raw_key);
-    let tool = |cost: i64| json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": cost });
     assert_eq!(other.post("/v1/mcp/events", tool(100)).await.status, 201);
     assert_eq!(other.post("/v1/mcp/events", tool(1)).await.code(), "budget_exceeded");
     let now_ms = chrono::Utc::now().timestamp_millis();
@@ -332,16 +315,7 @@ async fn a_burst_of_changes_does_not_hide_the_next_one() {
     .await;
     let r = owner.post_empty(&format!("/api/budgets/{budget_id}")).await;
     assert_eq!(r.status, 200, "{r:?}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let r = other.post("/v1/mcp/events", tool(1)).await;
-        if r.status == 201 {
-            break;
-        }
-        assert_eq!(r.code(), "budget_exceeded", "{r:?}");
-        assert!(Instant::now() < deadline, "the reset behind the burst never reached the second instance");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    admitted_soon(&other, 1, "the reset behind the burst never reached the second instance").await;
     drop(second);
 }
 

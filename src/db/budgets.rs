@@ -75,7 +75,7 @@ pub async fn changes_since(
     pool: &Pool,
     since: i64,
     after: Option<(i64, String)>,
-    limit: i64,
+    limit: usize,
 ) -> DbResult<Vec<BudgetChange>> {
     with_conn!(pool, read, |conn| {
         let mut query = budget_changes::table.filter(budget_changes::changed_at.ge(since)).into_boxed();
@@ -95,7 +95,7 @@ pub async fn changes_since(
                 budget_changes::entity_id,
                 budget_changes::changed_at,
             ))
-            .limit(limit)
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
             .load(conn)
             .await?)
     })

@@ -49,7 +49,7 @@ pub async fn changes_since(
     pool: &Pool,
     since: i64,
     after: Option<(i64, String)>,
-    limit: i64,
+    limit: usize,
 ) -> DbResult<Vec<KeyChange>> {
     with_conn!(pool, read, |conn| {
         let mut query = key_changes::table.filter(key_changes::changed_at.ge(since)).into_boxed();
@@ -63,7 +63,7 @@ pub async fn changes_since(
         Ok(query
             .order((key_changes::changed_at.asc(), key_changes::id.asc()))
             .select((key_changes::id, key_changes::key_hash, key_changes::changed_at))
-            .limit(limit)
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
             .load(conn)
             .await?)
     })

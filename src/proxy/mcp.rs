@@ -29,7 +29,7 @@ use serde_json::json;
 use super::events;
 use super::route::{
     acquire_shared, call_of, denial_error, entity_keys, record_denial, release_holds, tightest,
-    with_budget_headers, SharedRefusal,
+    with_budget_headers,
 };
 use crate::api::cost_events_ingest::budget_targets;
 use crate::auth::keys::KeyIdentity;
@@ -260,36 +260,7 @@ pub async fn record_event(
     // Several instances on one PostgreSQL: the database arbitrates tool spend like a
     // proxied call's (a conditional hold per budget, freed in the commit that adds the
     // spend), so that no instance's tool calls pass a strict budget the others filled.
-    let holds = if state.config.shared_budgets {
-        match acquire_shared(&state, &guard, &key.org_id, input.cost_microdollars, false).await {
-            Ok(holds) => holds,
-            Err(SharedRefusal::Denied { entity, snapshot }) => {
-                drop(guard);
-                let err = denial_error(
-                    &entity,
-                    &actors::budget::DenialReason::BudgetExceeded,
-                    &snapshot,
-                    input.cost_microdollars,
-                    None,
-                );
-                let rows = vec![
-                    events::exceeded(
-                        &call,
-                        &entity,
-                        snapshot.limit,
-                        snapshot.committed(),
-                        input.cost_microdollars,
-                    ),
-                    events::request_blocked(&call, "budget", Some(json!({ "code": err.code }))),
-                ];
-                record_denial(&state, rows).await;
-                return Err(with_budget_headers(err, &[(entity, snapshot)]));
-            }
-            Err(SharedRefusal::Unavailable(e)) => return Err(ApiError::unavailable(e)),
-        }
-    } else {
-        Vec::new()
-    };
+    let holds = acquire_shared(&state, &guard, &call, input.cost_microdollars, false).await?;
     let budget_status = if guard.admissions().is_empty() { "skipped" } else { "approved" };
     let row = CostEvent {
         id: ids::new_id(),

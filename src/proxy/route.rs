@@ -384,30 +384,7 @@ async fn proxy(
     if !admitted_events.is_empty() {
         record_denial(state, admitted_events).await;
     }
-    let holds = if state.config.shared_budgets {
-        match acquire_shared(state, &guard, &prepared.key.org_id, estimate, prepared.headers.finalize).await {
-            Ok(holds) => holds,
-            Err(SharedRefusal::Denied { entity, snapshot }) => {
-                drop(guard);
-                let err = denial_error(&entity, &DenialReason::BudgetExceeded, &snapshot, estimate, None);
-                let rows = vec![
-                    events::exceeded(&call, &entity, snapshot.limit, snapshot.committed(), estimate),
-                    events::request_blocked(
-                        &call,
-                        "budget",
-                        Some(
-                            json!({ "code": err.code, "budget_entity_type": entity.entity_type.as_str(), "budget_entity_id": entity.entity_id }),
-                        ),
-                    ),
-                ];
-                record_denial(state, rows).await;
-                return Err(with_budget_headers(err, &[(entity, snapshot)]));
-            }
-            Err(SharedRefusal::Unavailable(e)) => return Err(ApiError::unavailable(e)),
-        }
-    } else {
-        Vec::new()
-    };
+    let holds = acquire_shared(state, &guard, &call, estimate, prepared.headers.finalize).await?;
     let snapshots: Vec<(EntityKey, BudgetSnapshot)> =
         guard.admissions().iter().map(|(k, a)| (k.clone(), a.snapshot)).collect();
     timing.budget = Some(budget_started.elapsed());
@@ -810,20 +787,21 @@ fn tool_definition_tokens(body: &[u8]) -> i64 {
         .map_or(0, |raw| i64::try_from(raw.get().len().div_ceil(4)).unwrap_or(i64::MAX))
 }
 
-pub(crate) enum SharedRefusal {
-    Denied { entity: EntityKey, snapshot: BudgetSnapshot },
-    Unavailable(String),
-}
-
-/// Holds the reservation in the database for every admitted budget that can refuse
-/// (strict and soft): with several instances, the database decides.
+/// With shared budgets (several instances on one PostgreSQL), holds the reservation in
+/// the database for every admitted budget that can refuse (strict and soft): the
+/// database decides. A refusal there is answered like the actors' budget denial, and
+/// recorded (`budget.exceeded`, `request.blocked`); the caller drops its guard. Without
+/// shared budgets, nothing to hold.
 pub(crate) async fn acquire_shared(
     state: &AppState,
     guard: &ReservationGuard,
-    org_id: &str,
+    call: &Call<'_>,
     amount: i64,
     finalize: bool,
-) -> Result<Vec<SharedHold>, SharedRefusal> {
+) -> Result<Vec<SharedHold>, ApiError> {
+    if !state.config.shared_budgets {
+        return Ok(Vec::new());
+    }
     let requests: Vec<HoldRequest> = guard
         .admissions()
         .iter()
@@ -842,24 +820,43 @@ pub(crate) async fn acquire_shared(
     }
     let timeout_ms = i64::try_from(state.config.upstream_timeout.as_millis()).unwrap_or(i64::MAX);
     let expires_at = time::now_ms().saturating_add(timeout_ms).saturating_add(SHARED_HOLD_MARGIN_MS);
-    match shared_budgets::acquire(&state.pool, &state.instance_id, &requests, expires_at).await {
-        Ok(holds) => Ok(holds),
-        Err(AcquireError::Denied { entity_type, entity_id, limit, spend, reserved }) => {
-            let entity_type: EntityType = entity_type.parse().unwrap_or(EntityType::ApiKey);
-            let snapshot = guard
-                .admissions()
-                .iter()
-                .find(|(k, _)| k.entity_type == entity_type && k.entity_id == entity_id)
-                .map(|(_, a)| a.snapshot)
-                .map(|s| BudgetSnapshot { limit, spend, reserved, remaining: limit - spend - reserved, ..s });
-            let entity = EntityKey::new(org_id.to_owned(), entity_type, entity_id);
-            match snapshot {
-                Some(snapshot) => Err(SharedRefusal::Denied { entity, snapshot }),
-                None => Err(SharedRefusal::Unavailable("shared budget refused an unknown entity".to_owned())),
+    let (entity_type, entity_id, limit, spend, reserved) =
+        match shared_budgets::acquire(&state.pool, &state.instance_id, &requests, expires_at).await {
+            Ok(holds) => return Ok(holds),
+            Err(AcquireError::Denied { entity_type, entity_id, limit, spend, reserved }) => {
+                (entity_type, entity_id, limit, spend, reserved)
             }
-        }
-        Err(AcquireError::Db(e)) => Err(SharedRefusal::Unavailable(e.to_string())),
-    }
+            Err(AcquireError::Db(e)) => return Err(ApiError::unavailable(e.to_string())),
+        };
+    let entity_type: EntityType = entity_type.parse().unwrap_or(EntityType::ApiKey);
+    let Some(snapshot) = guard
+        .admissions()
+        .iter()
+        .find(|(k, _)| k.entity_type == entity_type && k.entity_id == entity_id)
+        .map(|(_, a)| BudgetSnapshot {
+            limit,
+            spend,
+            reserved,
+            remaining: limit - spend - reserved,
+            ..a.snapshot
+        })
+    else {
+        return Err(ApiError::unavailable("shared budget refused an unknown entity"));
+    };
+    let entity = EntityKey::new(call.org_id.to_owned(), entity_type, entity_id);
+    let err = denial_error(&entity, &DenialReason::BudgetExceeded, &snapshot, amount, None);
+    let rows = vec![
+        events::exceeded(call, &entity, snapshot.limit, snapshot.committed(), amount),
+        events::request_blocked(
+            call,
+            "budget",
+            Some(
+                json!({ "code": err.code, "budget_entity_type": entity.entity_type.as_str(), "budget_entity_id": entity.entity_id }),
+            ),
+        ),
+    ];
+    record_denial(state, rows).await;
+    Err(with_budget_headers(err, &[(entity, snapshot)]))
 }
 
 /// Frees a reservation whose call cost nothing (upstream error, never reached).
