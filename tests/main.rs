@@ -15,3 +15,4 @@ mod keys;
 mod mock_selftest;
 mod orgs;
 mod proxy;
+mod proxy_money;

@@ -9,15 +9,15 @@ use actix_web::{post, web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::accounting::event::{self, Dedup, EventSpec};
 use crate::auth::keys::{KeyAuth, KeyIdentity};
-use crate::db::cost_events::{BudgetTarget, NewCostEvent, Outcome};
-use crate::db::models::CostEvent;
+use crate::db::cost_events::{NewCostEvent, Outcome};
 use crate::error::{ApiError, Issues};
 use crate::idempotency;
 use crate::proxy::trace::is_trace_id;
 use crate::state::AppState;
 use crate::util::json::JsonBody;
-use crate::util::validate::{check_tags, is_customer_id, RESERVED_TAG_PREFIX};
+use crate::util::validate::{check_tags, is_customer_id};
 use crate::util::{ids, time};
 
 pub const MAX_BATCH: usize = 100;
@@ -161,81 +161,48 @@ pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
     }
 }
 
-/// The budget entities an event's cost counts against: the key, its user, each
-/// `key=value` tag, and the customer.
-pub fn budget_targets(
-    key: &KeyIdentity,
-    tags: &BTreeMap<String, String>,
-    customer: Option<&str>,
-) -> Vec<BudgetTarget> {
-    let org = &key.org_id;
-    let mut targets = vec![
-        BudgetTarget {
-            org_id: org.clone(),
-            entity_type: "api_key",
-            entity_id: ids::prefixed(ids::API_KEY, &key.key_id),
-        },
-        BudgetTarget {
-            org_id: org.clone(),
-            entity_type: "user",
-            entity_id: ids::prefixed(ids::USER, &key.user_id),
-        },
-    ];
-    for (k, v) in tags.iter().filter(|(k, _)| !k.starts_with(RESERVED_TAG_PREFIX)) {
-        targets.push(BudgetTarget { org_id: org.clone(), entity_type: "tag", entity_id: format!("{k}={v}") });
-    }
-    if let Some(c) = customer {
-        targets.push(BudgetTarget { org_id: org.clone(), entity_type: "customer", entity_id: c.to_owned() });
-    }
-    targets
-}
-
 /// Turns a validated input into the row and its budget targets.
 fn to_new_event(key: &KeyIdentity, e: CostEventInput, request_id: String, now: i64) -> NewCostEvent {
     let mut tags = key.default_tags.clone();
     tags.extend(e.tags.unwrap_or_default());
     let customer = e.customer.or_else(|| tags.get("customer").filter(|c| is_customer_id(c)).cloned());
-    let targets = budget_targets(key, &tags, customer.as_deref());
-    let estimated = tags.contains_key("_svc_estimated");
-    let breakdown = e.cost_breakdown.map(|b| {
+    let source = e.source.unwrap_or_else(|| "sdk".to_owned());
+    let event_type = e.event_type.unwrap_or_else(|| "custom".to_owned());
+    let mut event = event::build(
+        EventSpec {
+            key,
+            request_id,
+            provider: e.provider,
+            model: e.model,
+            source: &source,
+            event_type: &event_type,
+            tags,
+            customer,
+            budget_status: "skipped",
+            dedup: Dedup::ByRequestId,
+            now,
+        },
+        false,
+    );
+    let row = &mut event.row;
+    row.input_tokens = e.input_tokens;
+    row.output_tokens = e.output_tokens;
+    row.cached_input_tokens = e.cached_input_tokens.unwrap_or(0);
+    row.reasoning_tokens = e.reasoning_tokens.unwrap_or(0);
+    row.cost_microdollars = e.cost_microdollars;
+    row.duration_ms = e.duration_ms;
+    row.session_id = e.session_id;
+    row.trace_id = e.trace_id;
+    row.tool_name = e.tool_name;
+    row.tool_server = e.tool_server;
+    row.cost_breakdown = e.cost_breakdown.map(|b| {
         let mut v = json!({ "input": b.input, "output": b.output, "cached": b.cached });
         if let Some(r) = b.reasoning {
             v["reasoning"] = json!(r);
         }
         v.to_string()
     });
-    let row = CostEvent {
-        id: ids::new_id(),
-        org_id: key.org_id.clone(),
-        request_id,
-        api_key_id: Some(key.key_id.clone()),
-        user_id: Some(key.user_id.clone()),
-        provider: e.provider,
-        model: e.model,
-        input_tokens: e.input_tokens,
-        output_tokens: e.output_tokens,
-        cached_input_tokens: e.cached_input_tokens.unwrap_or(0),
-        reasoning_tokens: e.reasoning_tokens.unwrap_or(0),
-        cost_microdollars: e.cost_microdollars,
-        duration_ms: e.duration_ms,
-        upstream_duration_ms: None,
-        session_id: e.session_id,
-        trace_id: e.trace_id,
-        event_type: e.event_type.unwrap_or_else(|| "custom".to_owned()),
-        tool_name: e.tool_name,
-        tool_server: e.tool_server,
-        tags: serde_json::to_string(&tags).unwrap_or_else(|_| "{}".to_owned()),
-        customer_id: customer,
-        cost_breakdown: breakdown,
-        source: e.source.unwrap_or_else(|| "sdk".to_owned()),
-        budget_status: "skipped".to_owned(),
-        action_id: None,
-        estimated,
-        created_at: now,
-        tool_calls_requested: None,
-        tool_definition_tokens: 0,
-    };
-    NewCostEvent { row, tags, targets, outbox: Vec::new(), holds: Vec::new(), reserved: false, body: None }
+    event
 }
 
 fn outcome_json(o: &Outcome) -> (bool, serde_json::Value) {

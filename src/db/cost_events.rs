@@ -70,7 +70,8 @@ pub enum Outcome {
         id: String,
         created_at: i64,
     },
-    /// The (organization, provider, requestId) pair was already recorded.
+    /// The (organization, provider, dedup key) was already recorded: an ingested
+    /// event's requestId seen before, or a retried commit of the same call.
     Duplicate {
         id: String,
         created_at: i64,
@@ -142,7 +143,7 @@ macro_rules! commit_statements {
         for_fixed_chunks!(rows.as_slice(), |chunk| {
             let ids: Vec<String> = diesel::insert_into(cost_events::table)
                 .values(chunk)
-                .on_conflict((cost_events::org_id, cost_events::provider, cost_events::request_id))
+                .on_conflict((cost_events::org_id, cost_events::provider, cost_events::dedup_key))
                 .do_nothing()
                 .returning(cost_events::id)
                 .get_results($conn) $($aw)* ?;
@@ -156,7 +157,7 @@ macro_rules! commit_statements {
                 let (id, created_at): (String, i64) = cost_events::table
                     .filter(cost_events::org_id.eq(&e.row.org_id))
                     .filter(cost_events::provider.eq(&e.row.provider))
-                    .filter(cost_events::request_id.eq(&e.row.request_id))
+                    .filter(cost_events::dedup_key.eq(&e.row.dedup_key))
                     .select((cost_events::id, cost_events::created_at))
                     .first($conn) $($aw)* ?;
                 outcomes.push(Outcome::Duplicate { id, created_at });
@@ -215,7 +216,7 @@ macro_rules! commit_statements {
 }
 
 /// Commits a batch of events in ONE transaction: inserts the new ones (duplicates
-/// on (org, provider, requestId) are skipped and reported with the original id),
+/// on (org, provider, dedup key) are skipped and reported with the original id),
 /// indexes their tags, adds their cost to every matched budget, and writes their
 /// `cost_event.created` and threshold events to the outbox.
 pub async fn commit_batch(

@@ -157,6 +157,10 @@ pub struct CostEvent {
     /// JSON array of `{ name, id }` (proxied calls whose response asked for tools).
     pub tool_calls_requested: Option<String>,
     pub tool_definition_tokens: i64,
+    /// The event's dedup identity within (organization, provider): the `requestId` of
+    /// an ingested event, `call:<id>` for proxied calls, tool events and denial records
+    /// (never deduplicated: every admitted call is charged).
+    pub dedup_key: String,
 }
 
 /// Request and response bodies of a proxied call (Pro and above), each capped at 1 MB.

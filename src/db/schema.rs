@@ -159,6 +159,7 @@ diesel::table! {
         created_at -> BigInt,
         tool_calls_requested -> Nullable<Text>,
         tool_definition_tokens -> BigInt,
+        dedup_key -> Text,
     }
 }
 

@@ -21,29 +21,30 @@ use std::sync::Arc;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use actors::budget::Reserve;
+use actors::budget::{BudgetSnapshot, Reserve};
 use actors::registry::ReserveAllError;
+use actors::store::EntityKey;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::events;
-use super::route::{
-    acquire_shared, call_of, denial_error, entity_keys, record_denial, release_holds, tightest,
-    with_budget_headers,
-};
-use crate::api::cost_events_ingest::budget_targets;
+use super::admission::call_of;
+use super::denial::{denial_error, tightest, Refused};
+use super::reservation::{Ask, Reservation};
+use crate::accounting::event::{self, Dedup, EventSpec};
+use crate::accounting::targets::entity_keys;
 use crate::auth::keys::KeyIdentity;
-use crate::db::cost_events::{NewCostEvent, Outcome};
-use crate::db::models::CostEvent;
+use crate::db::cost_events::Outcome;
 use crate::error::{ApiError, Issues};
 use crate::state::AppState;
-use crate::util::json::JsonBody;
+use crate::util::json::read_json;
 use crate::util::validate::{check_tags, is_customer_id};
 use crate::util::{ids, time};
-use actors::budget::BudgetSnapshot;
-use actors::store::EntityKey;
 
 const PROVIDER: &str = "mcp";
+/// Largest cost one tool event may report: one million dollars.
+const MAX_TOOL_COST_MICRODOLLARS: i64 = 1_000_000_000_000;
+/// Longest duration one tool event may report: one week.
+const MAX_DURATION_MS: i64 = 604_800_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -127,10 +128,10 @@ fn check_common(
 pub async fn budget_check(
     req: HttpRequest,
     state: web::Data<AppState>,
-    body: JsonBody<CheckInput>,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let key = authenticate(&req, &state).await?;
-    let input = body.value;
+    let input: CheckInput = read_json(&req, payload.into_inner()).await?;
     let mut issues = Issues::new();
     issues.check(input.estimate_microdollars >= 0, &["estimateMicrodollars"], "must be an integer >= 0");
     issues.check(len_ok(&input.tool_name, 200), &["toolName"], "must be 1 to 200 characters");
@@ -195,10 +196,80 @@ pub async fn budget_check(
 pub async fn record_event(
     req: HttpRequest,
     state: web::Data<AppState>,
-    body: JsonBody<EventInput>,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let key = authenticate(&req, &state).await?;
-    let input = body.value;
+    let input: EventInput = read_json(&req, payload.into_inner()).await?;
+    validate_event(&input)?;
+    let now = time::now_ms();
+    let (tags, customer) = context(&key, input.tags, input.customer);
+    let keys = entity_keys(&key, &tags, customer.as_deref());
+    let request_id = input.request_id.unwrap_or_else(|| format!("mcp_{}", uuid::Uuid::now_v7()));
+    let reserve = Reserve {
+        reservation_id: state.budgets.registry().next_reservation_id(),
+        estimate: input.cost_microdollars,
+        session_id: input.session_id.as_deref().map(Arc::from),
+        finalize: false,
+        fingerprint: None,
+        now_ms: now,
+    };
+    let refused = Refused {
+        key: &key,
+        provider: PROVIDER,
+        model: &input.tool_name,
+        request_id: &request_id,
+        tags: &tags,
+        customer: customer.as_deref(),
+        session: input.session_id.as_deref(),
+        trace_id: input.trace_id.as_deref(),
+        source: "mcp",
+        event_type: "tool",
+    };
+    let call = call_of(&key, PROVIDER, &input.tool_name, now);
+    let reservation =
+        Reservation::acquire(&state, Ask { keys: &keys, reserve: &reserve, call, refused }).await?;
+    let budget_status = reservation.budget_status();
+    let mut event = event::build(
+        EventSpec {
+            key: &key,
+            request_id,
+            provider: PROVIDER.to_owned(),
+            model: input.tool_name.clone(),
+            source: "mcp",
+            event_type: "tool",
+            tags,
+            customer,
+            budget_status,
+            dedup: Dedup::Never,
+            now,
+        },
+        true,
+    );
+    let row = &mut event.row;
+    row.cost_microdollars = input.cost_microdollars;
+    row.duration_ms = input.duration_ms;
+    row.session_id = input.session_id;
+    row.trace_id = input.trace_id;
+    row.tool_name = Some(input.tool_name);
+    row.tool_server = Some(input.tool_server);
+    event.holds = reservation.holds();
+    // A failed commit drops the reservation, which releases every hold.
+    let outcomes = state.writer.commit(vec![event]).await?;
+    let (id, created_at) = match outcomes.first() {
+        Some(Outcome::Inserted { id, created_at } | Outcome::Duplicate { id, created_at }) => {
+            (id.clone(), *created_at)
+        }
+        None => return Err(ApiError::internal("writer returned no outcome")),
+    };
+    reservation.settle(input.cost_microdollars).await;
+    Ok(HttpResponse::build(StatusCode::CREATED).json(json!({ "data": {
+        "id": ids::prefixed(ids::COST_EVENT, &id),
+        "createdAt": time::iso(created_at),
+        "budgetStatus": budget_status,
+    }})))
+}
+
+fn validate_event(input: &EventInput) -> Result<(), ApiError> {
     let mut issues = Issues::new();
     issues.check(len_ok(&Some(input.tool_name.clone()), 200), &["toolName"], "must be 1 to 200 characters");
     issues.check(
@@ -206,8 +277,16 @@ pub async fn record_event(
         &["toolServer"],
         "must be 1 to 200 characters",
     );
-    issues.check(input.cost_microdollars >= 0, &["costMicrodollars"], "must be an integer >= 0");
-    issues.check(input.duration_ms.is_none_or(|d| d >= 0), &["durationMs"], "must be an integer >= 0");
+    issues.check(
+        (0..=MAX_TOOL_COST_MICRODOLLARS).contains(&input.cost_microdollars),
+        &["costMicrodollars"],
+        "must be an integer from 0 to 1,000,000,000,000 (one million dollars)",
+    );
+    issues.check(
+        input.duration_ms.is_none_or(|d| (0..=MAX_DURATION_MS).contains(&d)),
+        &["durationMs"],
+        "must be an integer from 0 to 604,800,000 (one week)",
+    );
     issues.check(
         input.trace_id.as_deref().is_none_or(super::trace::is_trace_id),
         &["traceId"],
@@ -215,116 +294,5 @@ pub async fn record_event(
     );
     issues.check(len_ok(&input.request_id, 200), &["requestId"], "must be 1 to 200 characters");
     check_common(&mut issues, &input.session_id, &input.customer, &input.tags);
-    issues.finish()?;
-
-    // A repeated request id answers with the first event, before any budget check
-    // (the cost was already counted).
-    if let Some(request_id) = &input.request_id {
-        if let Some((id, created_at)) =
-            crate::db::cost_event_queries::find_by_request(&state.pool, &key.org_id, PROVIDER, request_id)
-                .await?
-        {
-            return Ok(HttpResponse::Ok().json(json!({ "data": {
-                "id": ids::prefixed(ids::COST_EVENT, &id),
-                "createdAt": time::iso(created_at),
-                "budgetStatus": "approved",
-            }})));
-        }
-    }
-    let now = time::now_ms();
-    let (tags, customer) = context(&key, input.tags, input.customer);
-    let keys = entity_keys(&key, &tags, customer.as_deref());
-    let registry = state.budgets.registry();
-    let reserve = Reserve {
-        reservation_id: registry.next_reservation_id(),
-        estimate: input.cost_microdollars,
-        session_id: input.session_id.as_deref().map(Arc::from),
-        finalize: false,
-        fingerprint: None,
-        now_ms: now,
-    };
-    let call = call_of(&key, PROVIDER, &input.tool_name, now);
-    let guard = match registry.reserve_guarded(&keys, &reserve).await {
-        Ok(guard) => guard,
-        Err(ReserveAllError::Denied { key: entity, denial }) => {
-            let err = denial_error(&entity, &denial.reason, &denial.snapshot, input.cost_microdollars, None);
-            let mut rows = events::from_ledger(&call, &entity, &denial.events);
-            rows.push(events::request_blocked(&call, "budget", Some(json!({ "code": err.code }))));
-            record_denial(&state, rows).await;
-            return Err(with_budget_headers(err, &[(entity, denial.snapshot)]));
-        }
-        Err(ReserveAllError::Unavailable { key: entity, error }) => {
-            return Err(ApiError::unavailable(format!("budget of {entity} unavailable: {error}")));
-        }
-    };
-    // Several instances on one PostgreSQL: the database arbitrates tool spend like a
-    // proxied call's (a conditional hold per budget, freed in the commit that adds the
-    // spend), so that no instance's tool calls pass a strict budget the others filled.
-    let holds = acquire_shared(&state, &guard, &call, input.cost_microdollars, false).await?;
-    let budget_status = if guard.admissions().is_empty() { "skipped" } else { "approved" };
-    let row = CostEvent {
-        id: ids::new_id(),
-        org_id: key.org_id.clone(),
-        request_id: input.request_id.unwrap_or_else(|| format!("mcp_{}", uuid::Uuid::now_v7())),
-        api_key_id: Some(key.key_id.clone()),
-        user_id: Some(key.user_id.clone()),
-        provider: PROVIDER.to_owned(),
-        model: input.tool_name.clone(),
-        input_tokens: 0,
-        output_tokens: 0,
-        cached_input_tokens: 0,
-        reasoning_tokens: 0,
-        cost_microdollars: input.cost_microdollars,
-        duration_ms: input.duration_ms,
-        upstream_duration_ms: None,
-        session_id: input.session_id,
-        trace_id: input.trace_id,
-        event_type: "tool".to_owned(),
-        tool_name: Some(input.tool_name),
-        tool_server: Some(input.tool_server),
-        tags: serde_json::to_string(&tags).unwrap_or_else(|_| "{}".to_owned()),
-        customer_id: customer.clone(),
-        cost_breakdown: None,
-        source: "mcp".to_owned(),
-        budget_status: budget_status.to_owned(),
-        action_id: None,
-        estimated: false,
-        created_at: now,
-        tool_calls_requested: None,
-        tool_definition_tokens: 0,
-    };
-    let targets = budget_targets(&key, &tags, customer.as_deref());
-    let event = NewCostEvent {
-        row,
-        tags,
-        targets,
-        outbox: Vec::new(),
-        holds: holds.clone(),
-        reserved: true,
-        body: None,
-    };
-    let outcomes = match state.writer.commit(vec![event]).await {
-        Ok(outcomes) => outcomes,
-        Err(e) => {
-            drop(guard);
-            release_holds(&state, holds);
-            return Err(e.into());
-        }
-    };
-    let (status, id, created_at) = match outcomes.first() {
-        Some(Outcome::Inserted { id, created_at }) => {
-            guard.settle(input.cost_microdollars, time::now_ms()).await;
-            (StatusCode::CREATED, id.clone(), *created_at)
-        }
-        Some(Outcome::Duplicate { id, created_at }) => {
-            guard.release().await;
-            (StatusCode::OK, id.clone(), *created_at)
-        }
-        None => return Err(ApiError::internal("writer returned no outcome")),
-    };
-    Ok(HttpResponse::build(status).json(json!({ "data": {
-        "id": ids::prefixed(ids::COST_EVENT, &id),
-        "createdAt": time::iso(created_at),
-        "budgetStatus": budget_status,
-    }})))
+    issues.finish()
 }

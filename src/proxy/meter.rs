@@ -42,6 +42,9 @@ pub enum End {
     TimedOut,
     /// The client went away first (the upstream request is dropped, i.e. aborted).
     Cancelled,
+    /// An event stream ended without the provider's end marker, or after an error
+    /// event: not a completed call, whatever usage it reported.
+    Incomplete,
 }
 
 /// What the body told us.
@@ -180,7 +183,7 @@ impl<S> Metered<S> {
         None
     }
 
-    fn finish(&mut self, end: End) {
+    fn finish(&mut self, mut end: End) {
         let Some(finish) = self.finish.take() else { return };
         self.done = true;
         let mode = std::mem::replace(
@@ -196,6 +199,9 @@ impl<S> Metered<S> {
                 }
             }
             Mode::Sse { usage, .. } | Mode::SseStripUsage { usage, .. } => {
+                if end == End::Completed && !usage.complete() {
+                    end = End::Incomplete;
+                }
                 let id = usage.response_id().map(str::to_owned);
                 let calls = usage.tool_calls().to_vec();
                 (usage.finish(), id, calls)

@@ -1,7 +1,10 @@
 //! The proxy surface: provider pass-through routes, health and internal routes.
 //! Every response carries `X-Service-Trace-Id`.
 
+pub mod admission;
+pub mod denial;
 pub mod events;
+pub mod forward;
 pub mod headers;
 pub mod health;
 pub mod internal;
@@ -10,7 +13,9 @@ pub mod meter;
 pub mod plan;
 pub mod policy;
 pub mod pricing;
+pub mod reservation;
 pub mod route;
+pub mod settlement;
 pub mod trace;
 pub mod upstream;
 pub mod usage;

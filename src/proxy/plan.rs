@@ -66,6 +66,8 @@ async fn recorded_since(pool: &Pool, org_id: &str, since_ms: i64) -> DbResult<i6
         let n: i64 = cost_events::table
             .filter(cost_events::org_id.eq(org_id))
             .filter(cost_events::source.eq("proxy"))
+            // Refused calls leave a record but were never governed requests.
+            .filter(cost_events::budget_status.ne("denied"))
             .filter(cost_events::created_at.ge(since_ms))
             .count()
             .get_result(conn)

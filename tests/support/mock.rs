@@ -28,6 +28,8 @@
 //! | `chunk_delay_ms` | `0` | delay before every stream event but the first |
 //! | `stall_after` | none | after N stream events, send nothing more and hang until the client goes away |
 //! | `disconnect_after` | none | after N stream events, fail the body so the connection is aborted (no terminating chunk) |
+//! | `end_after` | none | after N stream events, end the body cleanly (the connection closes normally, but the provider's end marker never came) |
+//! | `error_after` | none | Anthropic streams: after N events, send an `error` event (`overloaded_error`) and end |
 //! | `tool_calls` | `false` | answer with a `get_weather` tool call |
 //! | `echo_headers` | `false` | non-streaming only: add a top-level `"received_headers"` object to the answer |
 //!
@@ -221,6 +223,8 @@ struct Control {
     chunk_delay_ms: u64,
     stall_after: Option<usize>,
     disconnect_after: Option<usize>,
+    end_after: Option<usize>,
+    error_after: Option<usize>,
     tool_calls: bool,
     echo_headers: bool,
 }
@@ -251,6 +255,8 @@ impl Control {
             chunk_delay_ms: num(&m["chunk_delay_ms"], 0),
             stall_after: count(&m["stall_after"]),
             disconnect_after: count(&m["disconnect_after"]),
+            end_after: count(&m["end_after"]),
+            error_after: count(&m["error_after"]),
             tool_calls: m["tool_calls"].as_bool().unwrap_or(false),
             echo_headers: m["echo_headers"].as_bool().unwrap_or(false),
         }
@@ -718,7 +724,16 @@ fn gemini_error(status: StatusCode) -> HttpResponse {
 // ---------------------------------------------------------------------------------------
 
 /// A body stream of `events` paced and cut as `ctl` says, counted in `shared`.
-fn tracked_stream(events: Vec<Bytes>, ctl: &Control, shared: Arc<Shared>) -> Tracked {
+fn tracked_stream(mut events: Vec<Bytes>, ctl: &Control, shared: Arc<Shared>) -> Tracked {
+    if let Some(n) = ctl.end_after {
+        events.truncate(n);
+    }
+    if let Some(n) = ctl.error_after {
+        events.truncate(n);
+        events.push(Bytes::from_static(
+            b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+        ));
+    }
     struct Plan {
         events: VecDeque<Bytes>,
         sent: usize,

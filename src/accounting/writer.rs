@@ -159,7 +159,7 @@ async fn run(
 
 /// One retry covers a transient lock or a connection dropped by the server; the
 /// transaction either committed whole or not at all, and duplicates are skipped on
-/// (org, provider, requestId), so a retry can never count an event twice.
+/// (org, provider, dedup key), so a retry can never count an event twice.
 async fn commit_with_retry(
     pool: &Pool,
     events: std::sync::Arc<Vec<NewCostEvent>>,

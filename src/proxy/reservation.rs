@@ -1,0 +1,218 @@
+//! Reservation, the stage between admission and the upstream call: the call's estimate
+//! is reserved on every budget it counts against, all or nothing, on the budget actors
+//! and, with shared budgets (several instances on one PostgreSQL), in the database too.
+//!
+//! A [`Reservation`] owns every hold it took. Release is a property of ownership, not
+//! of each exit path: dropping it (an early return, an upstream error, a client gone
+//! before the answer, a handler future dropped, shutdown) releases the actors'
+//! reservation and the database holds at once; only [`Reservation::settle`], after
+//! the commit that freed the database holds and added the spend, consumes it otherwise.
+
+use actors::budget::{Admission, BudgetSnapshot, DenialReason, EntityType, Policy, Reserve};
+use actors::registry::{ReservationGuard, ReserveAllError};
+use actors::store::EntityKey;
+use serde_json::json;
+
+use super::denial::{self, denial_error, with_budget_headers, Refused};
+use super::events::{self, Call};
+use crate::db::shared_budgets::{self, AcquireError, HoldRequest, SharedHold};
+use crate::db::Pool;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::util::time;
+
+/// Database holds outlive the upstream timeout by this margin before the reaper may
+/// free them (a process that died cannot release its own).
+const SHARED_HOLD_MARGIN_MS: i64 = 60_000;
+
+/// The holds of one admitted call.
+#[must_use = "dropping the reservation releases it"]
+pub struct Reservation {
+    guard: Option<ReservationGuard>,
+    holds: Vec<SharedHold>,
+    pool: Pool,
+}
+
+/// What to reserve, and who asks (for the denial record).
+pub struct Ask<'a> {
+    pub keys: &'a [EntityKey],
+    pub reserve: &'a Reserve,
+    pub call: Call<'a>,
+    pub refused: Refused<'a>,
+}
+
+impl Reservation {
+    /// Reserves `ask.reserve.estimate` everywhere, or refuses: a denial is recorded and
+    /// answered with the spec's code and the budget's proximity headers.
+    pub async fn acquire(state: &AppState, ask: Ask<'_>) -> Result<Reservation, ApiError> {
+        let registry = state.budgets.registry();
+        let guard = match registry.reserve_guarded(ask.keys, ask.reserve).await {
+            Ok(guard) => guard,
+            Err(ReserveAllError::Denied { key: entity, denial }) => {
+                let estimate = ask.reserve.estimate;
+                let err =
+                    denial_error(&entity, &denial.reason, &denial.snapshot, estimate, ask.refused.session);
+                let mut rows = events::from_ledger(&ask.call, &entity, &denial.events);
+                let announced = rows
+                    .iter()
+                    .any(|r| r.event_type.ends_with("exceeded") || r.event_type == "loop.detected");
+                if !announced && matches!(denial.reason, DenialReason::BudgetExceeded) {
+                    let spend = denial.snapshot.committed();
+                    rows.push(events::exceeded(&ask.call, &entity, denial.snapshot.limit, spend, estimate));
+                }
+                rows.push(blocked(&ask.call, &err, &entity));
+                denial::record(state, &ask.refused, rows).await;
+                return Err(with_budget_headers(err, &[(entity, denial.snapshot)]));
+            }
+            Err(ReserveAllError::Unavailable { key: entity, error }) => {
+                return Err(ApiError::unavailable(format!("budget of {entity} unavailable: {error}")));
+            }
+        };
+        let admitted: Vec<_> = guard
+            .admissions()
+            .iter()
+            .flat_map(|(k, a)| events::from_ledger(&ask.call, k, &a.events))
+            .collect();
+        if !admitted.is_empty() {
+            denial::record_events(state, admitted).await;
+        }
+        let mut reservation = Reservation { guard: Some(guard), holds: Vec::new(), pool: state.pool.clone() };
+        reservation.holds = acquire_shared(state, reservation.admissions(), &ask).await?;
+        Ok(reservation)
+    }
+
+    /// What each entity with a budget admitted.
+    pub fn admissions(&self) -> &[(EntityKey, Admission)] {
+        self.guard.as_ref().map_or(&[], |g| g.admissions())
+    }
+
+    /// Snapshots of the admitting budgets, for proximity headers.
+    pub fn snapshots(&self) -> Vec<(EntityKey, BudgetSnapshot)> {
+        self.admissions().iter().map(|(k, a)| (k.clone(), a.snapshot)).collect()
+    }
+
+    /// `approved` when a budget admitted the call, `skipped` when none applies.
+    pub fn budget_status(&self) -> &'static str {
+        if self.admissions().is_empty() {
+            "skipped"
+        } else {
+            "approved"
+        }
+    }
+
+    /// The database holds, for the commit that frees them with the spend it adds.
+    pub fn holds(&self) -> Vec<SharedHold> {
+        self.holds.clone()
+    }
+
+    /// The call's cost is committed (its commit freed the database holds): settles the
+    /// actors' reservation to `actual`.
+    pub async fn settle(mut self, actual: i64) {
+        self.holds.clear();
+        if let Some(guard) = self.guard.take() {
+            guard.settle(actual, time::now_ms()).await;
+        }
+    }
+
+    /// Releases everything now and waits until the actors have done it.
+    pub async fn release(mut self) {
+        if let Some(guard) = self.guard.take() {
+            guard.release().await;
+        }
+        release_holds(&self.pool, std::mem::take(&mut self.holds));
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        // The actors' guard releases itself when dropped.
+        release_holds(&self.pool, std::mem::take(&mut self.holds));
+    }
+}
+
+fn release_holds(pool: &Pool, holds: Vec<SharedHold>) {
+    if holds.is_empty() {
+        return;
+    }
+    let pool = pool.clone();
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn(async move {
+                if let Err(e) = shared_budgets::release(&pool, &holds).await {
+                    tracing::warn!(error = %e, "could not release shared reservations; the reaper will");
+                }
+            });
+        }
+        Err(_) => tracing::warn!("no runtime to release shared reservations on; the reaper will"),
+    }
+}
+
+fn blocked(call: &Call<'_>, err: &ApiError, entity: &EntityKey) -> crate::db::models::OutboxEvent {
+    let details = json!({
+        "code": err.code,
+        "budget_entity_type": entity.entity_type.as_str(),
+        "budget_entity_id": entity.entity_id,
+    });
+    events::request_blocked(call, "budget", Some(details))
+}
+
+/// With shared budgets, holds the reservation in the database for every admitted budget
+/// that can refuse (strict and soft): the database decides. A refusal there is answered
+/// and recorded like the actors' budget denial. Without shared budgets, nothing to hold.
+async fn acquire_shared(
+    state: &AppState,
+    admissions: &[(EntityKey, Admission)],
+    ask: &Ask<'_>,
+) -> Result<Vec<SharedHold>, ApiError> {
+    if !state.config.shared_budgets {
+        return Ok(Vec::new());
+    }
+    let amount = ask.reserve.estimate;
+    let requests: Vec<HoldRequest> = admissions
+        .iter()
+        .filter(|(_, a)| a.snapshot.policy != Policy::Warn)
+        .map(|(k, a)| HoldRequest {
+            org_id: k.org_id.clone(),
+            entity_type: k.entity_type.as_str().to_owned(),
+            entity_id: k.entity_id.clone(),
+            amount,
+            policy: a.snapshot.policy,
+            keep_free: if ask.reserve.finalize { 0 } else { a.snapshot.finalization_reserve },
+        })
+        .collect();
+    if requests.is_empty() {
+        return Ok(Vec::new());
+    }
+    let timeout_ms = i64::try_from(state.config.upstream_timeout.as_millis()).unwrap_or(i64::MAX);
+    let expires_at = time::now_ms().saturating_add(timeout_ms).saturating_add(SHARED_HOLD_MARGIN_MS);
+    let (entity_type, entity_id, limit, spend, reserved) =
+        match shared_budgets::acquire(&state.pool, &state.instance_id, &requests, expires_at).await {
+            Ok(holds) => return Ok(holds),
+            Err(AcquireError::Denied { entity_type, entity_id, limit, spend, reserved }) => {
+                (entity_type, entity_id, limit, spend, reserved)
+            }
+            Err(AcquireError::Db(e)) => return Err(ApiError::unavailable(e.to_string())),
+        };
+    let entity_type: EntityType = entity_type.parse().unwrap_or(EntityType::ApiKey);
+    let Some(snapshot) = admissions
+        .iter()
+        .find(|(k, _)| k.entity_type == entity_type && k.entity_id == entity_id)
+        .map(|(_, a)| BudgetSnapshot {
+            limit,
+            spend,
+            reserved,
+            remaining: limit.saturating_sub(spend).saturating_sub(reserved),
+            ..a.snapshot
+        })
+    else {
+        return Err(ApiError::unavailable("shared budget refused an unknown entity"));
+    };
+    let entity = EntityKey::new(ask.call.org_id.to_owned(), entity_type, entity_id);
+    let err = denial_error(&entity, &DenialReason::BudgetExceeded, &snapshot, amount, None);
+    let rows = vec![
+        events::exceeded(&ask.call, &entity, snapshot.limit, snapshot.committed(), amount),
+        blocked(&ask.call, &err, &entity),
+    ];
+    denial::record(state, &ask.refused, rows).await;
+    Err(with_budget_headers(err, &[(entity, snapshot)]))
+}

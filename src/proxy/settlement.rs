@@ -1,0 +1,205 @@
+//! Settlement, the last stage of a proxied call: when the answer's body has ended
+//! (completed, failed, timed out, or dropped by a client that went away) the call's
+//! cost is decided, its cost event committed with its budget effects (freeing its
+//! database holds in the same transaction), and its reservation settled on the actors.
+//!
+//! What a call is charged:
+//! - completed on the provider's end marker with usage: the usage at the model's price
+//!   (an unknown model's usage at the conservative unknown-model price, tagged
+//!   `_svc_estimated` + `_svc_unknown_model`);
+//! - completed without usage: the estimate (`_svc_no_usage`);
+//! - cancelled by the client: at least the estimate (`_svc_cancelled`);
+//! - failed, timed out, or ended without the provider's end marker (an error event, a
+//!   transport close): at least the estimate (`_svc_stream_error`).
+//!
+//! Every admitted call that reached the provider is charged: a client's reused request
+//! id correlates, it never deduplicates a call away.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::admission::Admitted;
+use super::meter::{End, Seen, MAX_BODY_RECORD};
+use super::pricing::{self, Provider, Usage};
+use super::reservation::Reservation;
+use crate::accounting::event::{self, Dedup, EventSpec};
+use crate::db::cost_events::NewCostEvent;
+use crate::db::models::CostEventBody;
+use crate::state::AppState;
+use crate::util::time;
+
+/// What is needed to record and settle a call once its body has ended.
+pub struct Settlement {
+    pub state: AppState,
+    pub reservation: Reservation,
+    pub admitted: Admitted,
+    pub estimate: i64,
+    pub started: Instant,
+    pub upstream_ms: i64,
+    /// Keep the request and response bodies (Pro and above).
+    pub record_bodies: bool,
+}
+
+/// The cost of a call and the `_svc_` reasons it was estimated for.
+struct Charge {
+    cost: i64,
+    usage: Option<Usage>,
+    breakdown: Option<pricing::CostBreakdown>,
+    estimated: Option<&'static str>,
+}
+
+impl Settlement {
+    /// Records and settles on the runtime, detached from the response (which may be
+    /// gone already). Runs exactly once per call.
+    pub fn spawn(self, seen: Seen) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(self.run(seen));
+            }
+            Err(_) => tracing::error!("no runtime to record a proxied call on; its reservation is released"),
+        }
+    }
+
+    async fn run(self, seen: Seen) {
+        let state = self.state.clone();
+        let a = &self.admitted;
+        let outcome = match seen.end {
+            End::Completed => "ok",
+            End::Cancelled => "cancelled",
+            End::UpstreamFailed | End::TimedOut | End::Incomplete => "failed",
+        };
+        state.metrics.proxy_requests.with_label_values(&[a.provider.as_str(), outcome]).inc();
+        let charge = charge(&state, a, self.estimate, &seen);
+        if let Some(reason) = charge.estimated {
+            state.metrics.proxy_estimated.with_label_values(&[reason]).inc();
+        }
+        let event = self.event(&seen, &charge);
+        let request_id = a.headers.request_id.clone();
+        let reservation = self.reservation;
+        match state.writer.record(vec![event]).await {
+            // Inserted, or already inserted by a commit retried after an unclear
+            // failure: either way this call's cost is in storage once.
+            Ok(_) => reservation.settle(charge.cost).await,
+            Err(e) => {
+                // Dropping the reservation releases its holds.
+                tracing::error!(error = %e, request_id = %request_id, "could not record a proxied call");
+            }
+        }
+    }
+
+    fn event(&self, seen: &Seen, charge: &Charge) -> NewCostEvent {
+        let a = &self.admitted;
+        let now = time::now_ms();
+        let mut tags = a.effective_tags.clone();
+        if let Some(reason) = charge.estimated {
+            tags.insert("_svc_estimated".to_owned(), "true".to_owned());
+            tags.insert(format!("_svc_{reason}"), "true".to_owned());
+        }
+        if a.provider == Provider::Google {
+            if let Some(id) = &seen.response_id {
+                tags.insert("_svc_google_response_id".to_owned(), id.clone());
+            }
+            if let Some(u) = charge.usage.filter(|u| u.reasoning_tokens > 0) {
+                tags.insert("_svc_thinking_tokens".to_owned(), u.reasoning_tokens.to_string());
+            }
+        }
+        let mut event = event::build(
+            EventSpec {
+                key: &a.key,
+                request_id: a.headers.request_id.clone(),
+                provider: a.provider.as_str().to_owned(),
+                model: a.model.clone(),
+                source: "proxy",
+                event_type: "llm",
+                tags,
+                customer: a.customer.clone(),
+                budget_status: self.reservation.budget_status(),
+                dedup: Dedup::Never,
+                now,
+            },
+            true,
+        );
+        let tokens = |v: Option<u64>| i64::try_from(v.unwrap_or(0)).unwrap_or(i64::MAX);
+        let usage = charge.usage;
+        let row = &mut event.row;
+        row.input_tokens = tokens(usage.map(|u| u.input_tokens));
+        row.output_tokens = tokens(usage.map(|u| u.output_tokens));
+        row.cached_input_tokens = tokens(usage.map(|u| u.cached_input_tokens));
+        row.reasoning_tokens = tokens(usage.map(|u| u.reasoning_tokens));
+        row.cost_microdollars = charge.cost;
+        row.duration_ms = Some(i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX));
+        row.upstream_duration_ms = Some(self.upstream_ms);
+        row.session_id.clone_from(&a.headers.session);
+        row.trace_id = Some(a.trace_id.clone());
+        row.cost_breakdown = charge.breakdown.map(|b| {
+            json!({ "input": b.input + b.cache_write, "output": b.output, "cached": b.cached, "reasoning": b.reasoning })
+                .to_string()
+        });
+        row.action_id =
+            a.headers.action_id.as_deref().and_then(|id| id.strip_prefix("svc_act_")).map(str::to_owned);
+        row.tool_calls_requested = (!seen.tool_calls.is_empty()).then(|| {
+            let calls: Vec<_> =
+                seen.tool_calls.iter().map(|c| json!({ "name": c.name, "id": c.id })).collect();
+            serde_json::Value::from(calls).to_string()
+        });
+        row.tool_definition_tokens = tool_definition_tokens(&a.body);
+        event.body = self.record_bodies.then(|| body_record(&event.row, &a.body, seen, now));
+        event.holds = self.reservation.holds();
+        event
+    }
+}
+
+/// The rules in the module documentation.
+fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge {
+    let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.provider.as_str()));
+    let priced = |u: Usage| {
+        let b = pricing::cost(&price, &u);
+        (b.total, b)
+    };
+    let at_least_estimate = |reason| {
+        let partial = seen.usage.map_or(0, |u| priced(u).0);
+        Charge { cost: partial.max(estimate), usage: seen.usage, breakdown: None, estimated: Some(reason) }
+    };
+    match (seen.end, seen.usage) {
+        (End::Completed, Some(usage)) => {
+            let (cost, breakdown) = priced(usage);
+            let estimated = a.price.is_none().then_some("unknown_model");
+            Charge { cost, usage: Some(usage), breakdown: Some(breakdown), estimated }
+        }
+        (End::Completed, None) => {
+            Charge { cost: estimate, usage: None, breakdown: None, estimated: Some("no_usage") }
+        }
+        (End::Cancelled, _) => at_least_estimate("cancelled"),
+        (End::UpstreamFailed | End::TimedOut | End::Incomplete, _) => at_least_estimate("stream_error"),
+    }
+}
+
+fn body_record(row: &crate::db::models::CostEvent, request: &[u8], seen: &Seen, now: i64) -> CostEventBody {
+    let (response, truncated) = seen.body.clone().unwrap_or_default();
+    CostEventBody {
+        event_id: row.id.clone(),
+        org_id: row.org_id.clone(),
+        request_body: Some(
+            String::from_utf8_lossy(&request[..request.len().min(MAX_BODY_RECORD)]).into_owned(),
+        ),
+        response_body: Some(String::from_utf8_lossy(&response).into_owned()),
+        request_truncated: request.len() > MAX_BODY_RECORD,
+        response_truncated: truncated,
+        created_at: now,
+    }
+}
+
+/// Tokens spent on tool definitions, estimated like the prompt (4 bytes per token)
+/// from the request's `tools` array.
+fn tool_definition_tokens(body: &[u8]) -> i64 {
+    #[derive(serde::Deserialize)]
+    struct Tools<'a> {
+        #[serde(borrow)]
+        tools: Option<&'a serde_json::value::RawValue>,
+    }
+    serde_json::from_slice::<Tools<'_>>(body)
+        .ok()
+        .and_then(|t| t.tools)
+        .map_or(0, |raw| i64::try_from(raw.get().len().div_ceil(4)).unwrap_or(i64::MAX))
+}

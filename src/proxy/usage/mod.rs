@@ -1,0 +1,169 @@
+//! Reads token usage out of provider traffic for the proxy: whole JSON response bodies,
+//! and server-sent-event streams parsed incrementally while they pass through to the
+//! client. Pure functions over bytes, no I/O.
+//!
+//! Every parser normalises to [`Usage`] as defined in `proxy::pricing` (input includes
+//! cache reads and writes, output includes reasoning), so that one cost formula serves all
+//! providers. Parsing is on the hot path: the structs below name only the fields we need,
+//! and strings are borrowed from the input unless they contain escapes.
+
+mod anthropic;
+mod gemini;
+mod openai;
+mod request;
+mod sse;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+pub use anthropic::{anthropic_usage, AnthropicStreamUsage};
+pub use gemini::{gemini_usage, GeminiStreamUsage};
+pub use openai::{is_openai_usage_only_chunk, openai_usage, OpenAiStreamUsage};
+pub use request::{
+    openai_add_include_usage, openai_stream_needs_usage, request_max_tokens, request_model, request_summary,
+    RequestSummary,
+};
+pub use sse::{SseEvent, SseParser, MAX_SSE_EVENT_BYTES};
+
+use super::pricing::{Provider, Usage};
+
+// ---------------------------------------------------------------------------------------
+// Shared pieces
+// ---------------------------------------------------------------------------------------
+
+/// A JSON string, borrowed from the input when it has no escapes and owned otherwise.
+/// (`Option<Cow<str>>` with serde's derive always copies.)
+pub(super) struct Text<'a>(pub(super) Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+impl Text<'_> {
+    pub(super) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Keeps the first non-empty value seen (response ids and models repeat on every chunk).
+pub(super) fn remember(slot: &mut Option<String>, value: Option<Text<'_>>) {
+    if slot.is_none() {
+        if let Some(value) = value.filter(|v| !v.0.is_empty()) {
+            *slot = Some(value.0.into_owned());
+        }
+    }
+}
+
+/// A tool (function) call the model asked the client to make.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The provider's call id (`call_…`, `toolu_…`); empty when the provider gave none
+    /// (Gemini usually does not).
+    pub id: String,
+    /// The function name.
+    pub name: String,
+}
+
+/// What every provider's usage reader does: take a stream's events (or a whole body
+/// as one event) and say what they reported.
+pub trait ProviderUsage {
+    /// Takes the `data` of one event. Data the reader does not understand is ignored.
+    fn on_event(&mut self, data: &[u8]);
+    /// The provider's response id.
+    fn response_id(&self) -> Option<&str>;
+    /// The model that answered, as the provider names it.
+    fn model(&self) -> Option<&str>;
+    /// Tool calls requested so far, in order of first appearance.
+    fn tool_calls(&self) -> &[ToolCall];
+    /// Usage seen so far (the whole usage once complete).
+    fn usage(&self) -> Option<Usage>;
+    /// The provider's own end marker arrived, and no error event before it: only then is
+    /// a stream a completed call (OpenAI `[DONE]`, Anthropic `message_stop`, Gemini's
+    /// chunk with a `finishReason`).
+    fn complete(&self) -> bool;
+}
+
+/// The stream reader of one provider, so that the proxy's streaming path is written once.
+#[derive(Debug)]
+pub enum StreamUsage {
+    OpenAi(OpenAiStreamUsage),
+    Anthropic(AnthropicStreamUsage),
+    Google(GeminiStreamUsage),
+}
+
+impl StreamUsage {
+    pub fn new(provider: Provider) -> Self {
+        match provider {
+            Provider::OpenAi => StreamUsage::OpenAi(OpenAiStreamUsage::new()),
+            Provider::Anthropic => StreamUsage::Anthropic(AnthropicStreamUsage::new()),
+            Provider::Google => StreamUsage::Google(GeminiStreamUsage::new()),
+        }
+    }
+
+    fn reader(&self) -> &dyn ProviderUsage {
+        match self {
+            StreamUsage::OpenAi(s) => s,
+            StreamUsage::Anthropic(s) => s,
+            StreamUsage::Google(s) => s,
+        }
+    }
+
+    fn reader_mut(&mut self) -> &mut dyn ProviderUsage {
+        match self {
+            StreamUsage::OpenAi(s) => s,
+            StreamUsage::Anthropic(s) => s,
+            StreamUsage::Google(s) => s,
+        }
+    }
+
+    pub fn on_event(&mut self, data: &[u8]) {
+        self.reader_mut().on_event(data);
+    }
+
+    pub fn response_id(&self) -> Option<&str> {
+        self.reader().response_id()
+    }
+
+    pub fn model(&self) -> Option<&str> {
+        self.reader().model()
+    }
+
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        self.reader().tool_calls()
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        self.reader().usage()
+    }
+
+    pub fn complete(&self) -> bool {
+        self.reader().complete()
+    }
+
+    pub fn finish(self) -> Option<Usage> {
+        self.usage()
+    }
+}
