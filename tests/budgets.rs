@@ -89,8 +89,8 @@ async fn insert_event(app: &TestApp, e: Event<'_>) {
     app.exec_sql(&format!(
         "INSERT INTO cost_events (id, org_id, request_id, api_key_id, user_id, provider, model, \
              input_tokens, output_tokens, cost_microdollars, event_type, tags, customer_id, source, \
-             budget_status, created_at) VALUES ('{id}', '{}', '{id}', {}, {}, '{}', '{}', 1, 1, {}, 'llm', \
-             '{{}}', {}, 'sdk', 'skipped', {})",
+             budget_status, created_at, dedup_key) VALUES ('{id}', '{}', '{id}', {}, {}, '{}', '{}', 1, 1, {}, \
+             'llm', '{{}}', {}, 'sdk', 'skipped', {}, '{id}')",
         e.org,
         text(e.key),
         text(e.user),

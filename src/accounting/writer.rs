@@ -28,7 +28,9 @@ pub const MAX_BATCH_EVENTS: usize = 2_000;
 const QUEUE_CAPACITY: usize = 4_096;
 
 struct Job {
+    /// Moved out while a commit holds them (see [`take_events`]).
     events: Vec<NewCostEvent>,
+    size: usize,
     reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     /// A caller is waiting to acknowledge these events: commit without lingering.
     urgent: bool,
@@ -81,13 +83,71 @@ impl AccountingWriter {
         self.submit(events, false).await
     }
 
-    async fn submit(&self, events: Vec<NewCostEvent>, urgent: bool) -> Result<Vec<Outcome>, DbError> {
+    async fn submit(&self, mut events: Vec<NewCostEvent>, urgent: bool) -> Result<Vec<Outcome>, DbError> {
+        events.iter_mut().for_each(sanitize);
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Job { events, reply, urgent })
+            .send(Job { size: events.len(), events, reply, urgent })
             .await
             .map_err(|_| DbError::unavailable("accounting writer stopped"))?;
         rx.await.map_err(|_| DbError::unavailable("accounting writer stopped"))?.map_err(DbError::Unavailable)
+    }
+}
+
+/// Largest cost, token count and duration one event may carry (one million dollars,
+/// ten billion tokens, one week). The edges (ingest, MCP, the proxy) refuse or never
+/// produce larger values; the writer clamps as a last line, so that no sum in a shared
+/// commit can overflow.
+pub const MAX_EVENT_COST_MICRODOLLARS: i64 = 1_000_000_000_000;
+pub const MAX_EVENT_TOKENS: i64 = 10_000_000_000;
+pub const MAX_EVENT_DURATION_MS: i64 = 604_800_000;
+
+/// Makes an event storable on both backends before it is queued: numbers within the
+/// bounds above, and no NUL character in any text (PostgreSQL refuses it, which would
+/// fail the whole commit).
+fn sanitize(event: &mut NewCostEvent) {
+    let row = &mut event.row;
+    let clamped = row.cost_microdollars.clamp(0, MAX_EVENT_COST_MICRODOLLARS);
+    if clamped != row.cost_microdollars {
+        tracing::warn!(cost = row.cost_microdollars, request_id = %row.request_id, "cost event cost clamped");
+        row.cost_microdollars = clamped;
+    }
+    for n in [
+        &mut row.input_tokens,
+        &mut row.output_tokens,
+        &mut row.cached_input_tokens,
+        &mut row.reasoning_tokens,
+    ] {
+        *n = (*n).clamp(0, MAX_EVENT_TOKENS);
+    }
+    for d in [&mut row.duration_ms, &mut row.upstream_duration_ms].into_iter().flatten() {
+        *d = (*d).clamp(0, MAX_EVENT_DURATION_MS);
+    }
+    let texts = [
+        &mut row.org_id,
+        &mut row.request_id,
+        &mut row.provider,
+        &mut row.model,
+        &mut row.tags,
+        &mut row.dedup_key,
+    ];
+    let optional = [
+        &mut row.session_id,
+        &mut row.trace_id,
+        &mut row.tool_name,
+        &mut row.tool_server,
+        &mut row.customer_id,
+    ];
+    for text in texts.into_iter().chain(optional.into_iter().flatten()) {
+        if text.contains('\0') {
+            *text = text.replace('\0', "\u{fffd}");
+        }
+    }
+    if event.tags.iter().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
+        event.tags = std::mem::take(&mut event.tags)
+            .into_iter()
+            .map(|(k, v)| (k.replace('\0', "\u{fffd}"), v.replace('\0', "\u{fffd}")))
+            .collect();
     }
 }
 
@@ -119,16 +179,25 @@ async fn run(
             count += job.events.len();
             jobs.push(job);
         }
-        let mut sizes = Vec::with_capacity(jobs.len());
-        let mut events = Vec::with_capacity(count);
-        let mut replies = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            sizes.push(job.events.len());
-            events.extend(job.events);
-            replies.push(job.reply);
-        }
+        let commit = |events| cost_events::commit_batch(&pool, events, time::now_ms());
+        commit_isolating(&commit, jobs, &on_commit, &metrics).await;
+    }
+}
+
+/// Commits `jobs` together; when that fails for a reason a retry cannot mend (a row
+/// the database refuses, an overflow), splits them in halves and commits each, so one
+/// bad event never sinks the other callers' events of the same commit. A job that
+/// fails alone is answered with the error (its caller acknowledged nothing).
+async fn commit_isolating<C, F>(commit: &C, jobs: Vec<Job>, on_commit: &OnCommit, metrics: &WriterMetrics)
+where
+    C: Fn(Events) -> F,
+    F: std::future::Future<Output = Result<CommitResult, DbError>>,
+{
+    let mut groups = vec![jobs];
+    while let Some(mut group) = groups.pop() {
+        let count = group.iter().map(|j| j.size).sum::<usize>();
         let started = std::time::Instant::now();
-        let result = commit_with_retry(&pool, std::sync::Arc::new(events)).await;
+        let result = commit_with_retry(commit, &mut group, metrics).await;
         metrics.add("commit_microseconds", u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
         match result {
             Ok(CommitResult { outcomes, changes }) => {
@@ -136,40 +205,263 @@ async fn run(
                 metrics.add("events", u64::try_from(count).unwrap_or(u64::MAX));
                 tracing::debug!(
                     events = count,
-                    jobs = sizes.len(),
+                    jobs = group.len(),
                     micros = started.elapsed().as_micros(),
                     "committed"
                 );
                 on_commit(&changes);
                 let mut outcomes = outcomes.into_iter();
-                for (size, reply) in sizes.into_iter().zip(replies) {
-                    let _ = reply.send(Ok(outcomes.by_ref().take(size).collect()));
+                for job in group {
+                    let _ = job.reply.send(Ok(outcomes.by_ref().take(job.size).collect()));
                 }
+            }
+            Err(e) if group.len() > 1 => {
+                metrics.add("split_commits", 1);
+                tracing::warn!(error = %e, jobs = group.len(), "cost event commit failed; committing its halves apart");
+                let second = group.split_off(group.len() / 2);
+                groups.push(second);
+                groups.push(group);
             }
             Err(e) => {
                 metrics.add("failed_commits", 1);
-                tracing::error!(error = %e, "cost event commit failed");
-                for reply in replies {
-                    let _ = reply.send(Err(e.to_string()));
+                for job in group {
+                    for event in &job.events {
+                        // The whole event, so that an operator can recover it.
+                        tracing::error!(error = %e, event = ?event.row, "cost event could not be committed");
+                    }
+                    let _ = job.reply.send(Err(e.to_string()));
                 }
             }
         }
     }
 }
 
-/// One retry covers a transient lock or a connection dropped by the server; the
-/// transaction either committed whole or not at all, and duplicates are skipped on
-/// (org, provider, dedup key), so a retry can never count an event twice.
-async fn commit_with_retry(
-    pool: &Pool,
-    events: std::sync::Arc<Vec<NewCostEvent>>,
-) -> Result<CommitResult, DbError> {
-    match cost_events::commit_batch(pool, events.clone(), time::now_ms()).await {
-        Err(DbError::Unavailable(e)) => {
-            tracing::warn!(error = %e, "retrying cost event commit");
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            cost_events::commit_batch(pool, events, time::now_ms()).await
+/// The events of one commit attempt, shared with the attempt.
+type Events = std::sync::Arc<Vec<NewCostEvent>>;
+
+/// First retry after this; doubled after each failure up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+/// A caller waiting to acknowledge its events gets an error after this many failed
+/// attempts; events nobody waits for (proxied calls, already answered) are retried
+/// until the database is back.
+const URGENT_ATTEMPTS: u32 = 3;
+
+/// Retries while the database is unavailable (a transient lock, a dropped connection,
+/// a server restart), backing off, and says so in logs and metrics. The transaction
+/// either committed whole or not at all, and duplicates are skipped on
+/// (org, provider, dedup key), so a retry can never count an event twice. Jobs whose
+/// callers wait are answered with the error after a few attempts and leave the group.
+async fn commit_with_retry<C, F>(
+    commit: &C,
+    group: &mut Vec<Job>,
+    metrics: &WriterMetrics,
+) -> Result<CommitResult, DbError>
+where
+    C: Fn(Events) -> F,
+    F: std::future::Future<Output = Result<CommitResult, DbError>>,
+{
+    let mut delay = RETRY_FIRST;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let events = std::sync::Arc::new(take_events(group));
+        let e = match commit(events.clone()).await {
+            Ok(done) => return Ok(done),
+            Err(DbError::Unavailable(e)) => {
+                give_back(group, events);
+                e
+            }
+            Err(other) => {
+                give_back(group, events);
+                return Err(other);
+            }
+        };
+        metrics.add("retries", 1);
+        tracing::warn!(error = %e, attempt = attempts, jobs = group.len(), "database unavailable: retrying the cost event commit");
+        if attempts >= URGENT_ATTEMPTS && group.iter().any(|j| j.urgent) {
+            let (urgent, background): (Vec<Job>, Vec<Job>) = group.drain(..).partition(|j| j.urgent);
+            for job in urgent {
+                let _ = job.reply.send(Err(format!("database unavailable: {e}")));
+            }
+            *group = background;
+            if group.is_empty() {
+                return Err(DbError::Unavailable(e));
+            }
         }
-        other => other,
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(RETRY_MAX);
+    }
+}
+
+/// The events of `group`, in job order, moved out of the jobs for one commit.
+fn take_events(group: &mut [Job]) -> Vec<NewCostEvent> {
+    let mut events = Vec::with_capacity(group.iter().map(|j| j.size).sum());
+    for job in group.iter_mut() {
+        events.append(&mut job.events);
+    }
+    events
+}
+
+/// Puts the events of a finished commit attempt back into their jobs (for a retry, a
+/// split, or the log of a failure). The commit has let go of them, so this is a move.
+fn give_back(group: &mut [Job], events: std::sync::Arc<Vec<NewCostEvent>>) {
+    let mut events =
+        std::sync::Arc::try_unwrap(events).unwrap_or_else(|shared| (*shared).clone()).into_iter();
+    for job in group.iter_mut() {
+        job.events = events.by_ref().take(job.size).collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::db::cost_events::BudgetTarget;
+    use crate::db::models::CostEvent;
+
+    fn event(org: &str, request_id: &str, cost: i64, target: Option<&str>) -> NewCostEvent {
+        let id = crate::util::ids::new_id();
+        let row = CostEvent {
+            dedup_key: request_id.to_owned(),
+            id,
+            org_id: org.to_owned(),
+            request_id: request_id.to_owned(),
+            api_key_id: None,
+            user_id: None,
+            provider: "openai".to_owned(),
+            model: "gpt-4o\0mini".to_owned(),
+            input_tokens: -5,
+            output_tokens: 1,
+            cached_input_tokens: 0,
+            reasoning_tokens: 0,
+            cost_microdollars: cost,
+            duration_ms: None,
+            upstream_duration_ms: None,
+            session_id: None,
+            trace_id: None,
+            event_type: "llm".to_owned(),
+            tool_name: None,
+            tool_server: None,
+            tags: "{}".to_owned(),
+            customer_id: None,
+            cost_breakdown: None,
+            source: "sdk".to_owned(),
+            budget_status: "skipped".to_owned(),
+            action_id: None,
+            estimated: false,
+            created_at: 1,
+            tool_calls_requested: None,
+            tool_definition_tokens: 0,
+        };
+        let targets = target
+            .map(|t| {
+                vec![BudgetTarget { org_id: org.to_owned(), entity_type: "tag", entity_id: t.to_owned() }]
+            })
+            .unwrap_or_default();
+        NewCostEvent {
+            row,
+            tags: Default::default(),
+            targets,
+            outbox: Vec::new(),
+            holds: Vec::new(),
+            reserved: false,
+            body: None,
+        }
+    }
+
+    #[test]
+    fn sanitize_clamps_numbers_and_strips_nul() {
+        let mut e = event("o", "r", i64::MAX, None);
+        sanitize(&mut e);
+        assert_eq!(e.row.cost_microdollars, MAX_EVENT_COST_MICRODOLLARS);
+        assert_eq!(e.row.input_tokens, 0);
+        assert_eq!(e.row.model, "gpt-4o\u{fffd}mini");
+    }
+
+    fn job(e: NewCostEvent, urgent: bool) -> (Job, oneshot::Receiver<Result<Vec<Outcome>, String>>) {
+        let (reply, rx) = oneshot::channel();
+        (Job { size: 1, events: vec![e], reply, urgent }, rx)
+    }
+
+    fn metrics() -> WriterMetrics {
+        WriterMetrics(prometheus::IntCounterVec::new(prometheus::Opts::new("t", "t"), &["figure"]).unwrap())
+    }
+
+    /// A commit that fails for good when it holds the poisoned event.
+    async fn fake_commit(events: Events) -> Result<CommitResult, DbError> {
+        if events.iter().any(|e| e.row.request_id == "poison") {
+            return Err(DbError::Query(diesel::result::Error::RollbackTransaction));
+        }
+        let outcomes = events
+            .iter()
+            .map(|e| Outcome::Inserted { id: e.row.id.clone(), created_at: e.row.created_at })
+            .collect();
+        Ok(CommitResult { outcomes, changes: Vec::new() })
+    }
+
+    /// One event that cannot be stored fails its own job only: the other jobs of the
+    /// same commit are committed, split and retried apart.
+    #[tokio::test]
+    async fn a_bad_event_does_not_sink_the_others() {
+        let mut jobs = Vec::new();
+        let mut answers = Vec::new();
+        for (i, id) in ["a", "b", "poison", "c", "d", "e", "f"].into_iter().enumerate() {
+            let (j, rx) = job(event("org", id, 5, None), i % 2 == 0);
+            jobs.push(j);
+            answers.push((id, rx));
+        }
+        let commit = |events| fake_commit(events);
+        commit_isolating(&commit, jobs, &(Box::new(|_: &[SpendChange]| {}) as OnCommit), &metrics()).await;
+        for (id, rx) in answers {
+            let answer = rx.await.unwrap();
+            assert_eq!(answer.is_ok(), id != "poison", "{id}: {answer:?}");
+        }
+    }
+
+    /// A budget whose spend would pass i64::MAX stays an integer at i64::MAX (SQLite
+    /// would make it a REAL).
+    #[tokio::test]
+    async fn spend_saturates_instead_of_overflowing() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("w.db").display());
+        crate::db::migrate(&url).await.unwrap();
+        let pool = Pool::connect(&url, 2).unwrap();
+        let now = time::now_ms();
+        let seed = async {
+            crate::with_conn!(&pool, write, |conn| {
+                use diesel_async::RunQueryDsl;
+                diesel::sql_query(format!(
+                    "INSERT INTO budgets (id, org_id, entity_type, entity_id, max_budget_microdollars, \
+                     spend_microdollars, policy, threshold_percentages, created_at, updated_at) \
+                     VALUES ('b1', 'org-b', 'tag', 'hot=1', {max}, {near}, 'warn', '[]', {now}, {now})",
+                    max = i64::MAX,
+                    near = i64::MAX - 10,
+                ))
+                .execute(conn)
+                .await?;
+                Ok::<_, DbError>(())
+            })
+        };
+        seed.await.unwrap();
+        let writer = AccountingWriter::start(pool.clone(), Box::new(|_| {}), Duration::ZERO, metrics());
+        let outcomes = writer.commit(vec![event("org-b", "b", 100, Some("hot=1"))]).await.unwrap();
+        assert!(matches!(outcomes[0], Outcome::Inserted { .. }));
+        let read = async {
+            crate::with_conn!(&pool, read, |conn| {
+                use diesel_async::RunQueryDsl;
+                let (spend, kind): (i64, String) = diesel::select((
+                    diesel::dsl::sql::<diesel::sql_types::BigInt>("(SELECT spend_microdollars FROM budgets)"),
+                    diesel::dsl::sql::<diesel::sql_types::Text>(
+                        "(SELECT typeof(spend_microdollars) FROM budgets)",
+                    ),
+                ))
+                .get_result(conn)
+                .await?;
+                Ok::<_, DbError>((spend, kind))
+            })
+        };
+        assert_eq!(read.await.unwrap(), (i64::MAX, "integer".to_owned()));
     }
 }

@@ -195,7 +195,7 @@ macro_rules! commit_statements {
                     .filter(budgets::entity_type.eq(target.entity_type))
                     .filter(budgets::entity_id.eq(&target.entity_id)),
             )
-            .set((budgets::spend_microdollars.eq(budgets::spend_microdollars + added), budgets::updated_at.eq($now)))
+            .set((budgets::spend_microdollars.eq(saturating_add_spend(added)), budgets::updated_at.eq($now)))
             .returning((budgets::spend_microdollars, budgets::max_budget_microdollars, budgets::threshold_percentages))
             .get_results($conn) $($aw)* ?;
             for (spend_after, limit, thresholds) in updated {
@@ -213,6 +213,29 @@ macro_rules! commit_statements {
         });
         Ok::<_, diesel::result::Error>(CommitResult { outcomes, changes })
     }};
+}
+
+/// `spend_microdollars + added`, saturating at `i64::MAX` on both backends: SQLite
+/// would silently turn an overflowing sum into a REAL, PostgreSQL would fail the whole
+/// commit. (Events are bounded, so reaching the bound takes millions of maximal events;
+/// the sum must still never wrap or change type.)
+fn saturating_add_spend(
+    added: i64,
+) -> diesel::expression::SqlLiteral<
+    diesel::sql_types::BigInt,
+    impl diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
+        + diesel::query_builder::QueryFragment<diesel::pg::Pg>
+        + Send,
+> {
+    use diesel::dsl::sql;
+    use diesel::sql_types::BigInt;
+    sql::<BigInt>("CASE WHEN spend_microdollars > ")
+        .bind::<BigInt, _>(i64::MAX - added.max(0))
+        .sql(" THEN ")
+        .bind::<BigInt, _>(i64::MAX)
+        .sql(" ELSE spend_microdollars + ")
+        .bind::<BigInt, _>(added)
+        .sql(" END")
 }
 
 /// Commits a batch of events in ONE transaction: inserts the new ones (duplicates
