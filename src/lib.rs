@@ -86,6 +86,8 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
             App::new().app_data(web::Data::new(st.clone())).configure(proxy::configure)
         })
         .workers(workers)
+        // A client that goes away while its call waits for the provider is noticed.
+        .on_connect(proxy::peer::on_connect)
         // Small SSE events must leave at once, not wait for Nagle's algorithm.
         .tcp_nodelay(true)
         .shutdown_timeout(30)

@@ -183,6 +183,27 @@ async fn a_client_gone_mid_call_leaves_nothing_held() {
 }
 
 #[tokio::test]
+async fn a_client_gone_before_the_answer_is_settled_at_once() {
+    let s = setup().await;
+    s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 1_000_000 }))
+        .await;
+    // The provider takes 10 s to answer; the client gives up after 300 ms.
+    let slow = openai(json!({ "mock": { "delay_ms": 10_000, "usage": usage(MINI_USAGE) } }));
+    let gone = s.post("/v1/chat/completions", &slow).timeout(Duration::from_millis(300)).send().await;
+    assert!(gone.is_err(), "the client gave up first: {:?}", gone.map(|r| r.status()));
+    // Within a second (not after the provider's 10 s): charged its estimate, nothing held.
+    let e = tokio::time::timeout(Duration::from_secs(2), s.events(1)).await.expect("recorded at once");
+    let e = &e[0];
+    assert_eq!(e["tags"]["_svc_cancelled"], "true", "{e}");
+    let estimate = e["costMicrodollars"].as_i64().unwrap();
+    assert!(estimate > 0 && estimate < MINI_COST, "{e}");
+    assert_eq!(s.key_spend().await, (estimate, estimate), "nothing stays reserved");
+    if crate::support::backend_is_postgres() {
+        assert_eq!(s.app.query_n("SELECT COUNT(*) AS n FROM budget_reservations").await, 0);
+    }
+}
+
+#[tokio::test]
 async fn mcp_routes_authenticate_before_reading_the_body() {
     let s = setup().await;
     for path in ["/v1/mcp/events", "/v1/mcp/budget/check"] {

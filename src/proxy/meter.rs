@@ -58,6 +58,13 @@ pub struct Seen {
     pub body: Option<(Vec<u8>, bool)>,
 }
 
+impl Seen {
+    /// A call whose client went away before any of the answer arrived.
+    pub fn cancelled() -> Seen {
+        Seen { end: End::Cancelled, usage: None, response_id: None, tool_calls: Vec::new(), body: None }
+    }
+}
+
 pub type Finish = Box<dyn FnOnce(Seen) + 'static>;
 
 enum Mode {

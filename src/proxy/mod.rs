@@ -10,6 +10,7 @@ pub mod health;
 pub mod internal;
 pub mod mcp;
 pub mod meter;
+pub mod peer;
 pub mod plan;
 pub mod policy;
 pub mod pricing;

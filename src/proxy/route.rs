@@ -162,8 +162,16 @@ async fn proxy(
     let snapshots = reservation.snapshots();
     common.timing.budget = Some(budget_started.elapsed());
 
-    // An error here drops the reservation, which releases every hold.
-    let Forwarded { response, strip_usage, upstream_time } = forward::send(state, req, &admitted).await?;
+    // An error here drops the reservation, which releases every hold. A client that
+    // goes away first aborts the provider call (its request is dropped) and is charged
+    // the estimate at once, like a cancelled stream.
+    let sent = tokio::select! {
+        sent = forward::send(state, req, &admitted) => Some(sent?),
+        () = super::peer::gone(req) => None,
+    };
+    let Some(Forwarded { response, strip_usage, upstream_time }) = sent else {
+        return Err(client_gone(state, reservation, admitted, estimate, common));
+    };
     common.timing.upstream = upstream_time;
 
     let status = response.status();
@@ -197,6 +205,28 @@ async fn proxy(
         finish,
     );
     Ok(builder.streaming(metered))
+}
+
+/// The client went away before the provider's answer head: the provider call is
+/// aborted (its request future dropped) and the call charged its estimate at once.
+fn client_gone(
+    state: &AppState,
+    reservation: Reservation,
+    admitted: Admitted,
+    estimate: i64,
+    common: &Common,
+) -> ApiError {
+    let settlement = Settlement {
+        state: state.clone(),
+        reservation,
+        admitted,
+        estimate,
+        started: common.started,
+        upstream_ms: i64::try_from(common.started.elapsed().as_millis()).unwrap_or(i64::MAX),
+        record_bodies: false,
+    };
+    settlement.spawn(Seen::cancelled());
+    ApiError::new(ErrorCode::UpstreamError, "The client went away before the provider answered")
 }
 
 /// The call's estimate: the prompt's size and output maximum at the model's price, or
