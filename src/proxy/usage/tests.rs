@@ -697,3 +697,52 @@ fn openai_add_include_usage_refuses_what_it_cannot_splice_safely() {
         assert_eq!(openai_add_include_usage(body), None, "{}", String::from_utf8_lossy(body));
     }
 }
+
+// ---- end markers ----
+
+/// Whether a stream's events, all of them or all but the last `cut`, are complete.
+fn complete_after(provider: Provider, stream: &str, cut: usize) -> bool {
+    let events = parse_all(stream.as_bytes());
+    let mut acc = StreamUsage::new(provider);
+    for (_, data) in &events[..events.len() - cut] {
+        acc.on_event(data);
+    }
+    acc.complete()
+}
+
+#[test]
+fn a_stream_is_complete_only_on_its_end_marker() {
+    for (provider, stream) in [
+        (Provider::OpenAi, OPENAI_STREAM),
+        (Provider::Anthropic, ANTHROPIC_STREAM),
+        (Provider::Google, GEMINI_STREAM),
+    ] {
+        assert!(complete_after(provider, stream, 0), "{provider:?} whole");
+        assert!(!complete_after(provider, stream, 1), "{provider:?} without its last event");
+    }
+}
+
+#[test]
+fn an_anthropic_error_event_spoils_the_stream() {
+    let error = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
+    let stream = format!("{ANTHROPIC_STREAM}{error}");
+    assert!(!complete_after(Provider::Anthropic, &stream, 0));
+    let early = ANTHROPIC_STREAM.replacen("event: message_start", &format!("{error}event: message_start"), 1);
+    assert!(!complete_after(Provider::Anthropic, &early, 0), "an error before message_stop");
+}
+
+#[test]
+fn a_blocked_gemini_prompt_is_a_complete_answer() {
+    let blocked = "data: {\"promptFeedback\":{\"blockReason\":\"SAFETY\"},\"usageMetadata\":{\"promptTokenCount\":8}}\r\n\r\n";
+    assert!(complete_after(Provider::Google, blocked, 0));
+}
+
+#[test]
+fn whole_bodies_fed_as_one_event_are_complete() {
+    let mut openai = StreamUsage::new(Provider::OpenAi);
+    openai.on_event(OPENAI_BODY.as_bytes());
+    assert!(openai.complete());
+    let mut anthropic = StreamUsage::new(Provider::Anthropic);
+    anthropic.on_event(ANTHROPIC_BODY.as_bytes());
+    assert!(anthropic.complete());
+}
