@@ -10,11 +10,16 @@
 //! - `POST /v1/mcp/events` records what a tool call cost (`source: mcp`,
 //!   `eventType: tool`, provider `mcp`, model = `toolName`). Its cost is reserved on the
 //!   same budgets first, all or nothing: a call that would pass a strict budget is
-//!   refused with the proxy's 429 codes and `X-Service-Denied: 1`, and not recorded.
-//!   Body: `{ toolName, toolServer (1-200 chars), costMicrodollars (>= 0), durationMs?,
-//!   sessionId? (<= 200), traceId?, requestId? (dedup key), customer?, tags? }`.
-//!   Answer 201 `{ data: { id, createdAt, budgetStatus } }`; a repeated `requestId`
-//!   answers 200 with the first event's id.
+//!   refused with the proxy's 429 codes and `X-Service-Denied: 1`, and leaves a denial
+//!   record (cost 0, `budgetStatus: denied`).
+//!   Body: `{ toolName, toolServer (1-200 chars), costMicrodollars (0 to 10^12),
+//!   durationMs? (0 to one week), sessionId? (<= 200), traceId?, requestId?
+//!   (correlation only), customer?, tags? }`. Answer 201
+//!   `{ data: { id, createdAt, budgetStatus } }`. Every event is charged: a repeated
+//!   `requestId` is a second tool call, not a duplicate.
+//!
+//! Both authenticate before they read the body, so a call without a valid key is 401
+//! whatever it sends.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
