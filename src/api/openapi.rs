@@ -23,6 +23,14 @@ pub struct Data<T: ToSchema> {
     pub data: T,
 }
 
+/// `{ data: T[], cursor }`: a page of a cursor-paginated list; `cursor` is null on
+/// the last page.
+#[derive(ToSchema)]
+pub struct Page<T: ToSchema> {
+    pub data: Vec<T>,
+    pub cursor: Option<crate::util::pagination::Cursor>,
+}
+
 /// The spec's error envelope: `{ error: { code, message, details } }`.
 #[derive(ToSchema)]
 pub struct ErrorEnvelope {

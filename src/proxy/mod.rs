@@ -7,6 +7,7 @@ pub mod health;
 pub mod internal;
 pub mod mcp;
 pub mod meter;
+pub mod openapi;
 pub mod plan;
 pub mod policy;
 pub mod pricing;
@@ -87,14 +88,4 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     );
 }
 
-#[derive(utoipa::OpenApi)]
-#[openapi(paths(
-    health::get_health,
-    health::get_ready,
-    health::get_metrics,
-    health::get_feature_flags,
-    internal::invalidate_budget,
-    internal::get_velocity_state,
-    policy::get_policy
-))]
-pub struct ApiDoc;
+pub use openapi::ApiDoc;
