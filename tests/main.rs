@@ -13,5 +13,6 @@ mod health;
 mod ingest;
 mod keys;
 mod mock_selftest;
+mod openapi;
 mod orgs;
 mod proxy;

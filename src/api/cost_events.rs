@@ -873,6 +873,9 @@ pub async fn list_sessions(
 
 /// Answers the empty session ID (`/api/cost-events/sessions/`), which the
 /// `{sessionId}` route cannot match, with the spec's validation error.
+#[utoipa::path(get, path = "/api/cost-events/sessions/", tag = "cost-events", security(("session" = [])),
+    description = "The empty session ID: always 400 validation_error (sessionId must be 1-200 characters).",
+    responses((status = 400, description = "validation_error")))]
 async fn get_session_without_id(auth: SessionAuth) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
     Err(ApiError::invalid_field(&["sessionId"], "must be 1-200 characters"))
@@ -1277,6 +1280,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     get_cost_event_bodies,
     list_sessions,
     get_session,
+    get_session_without_id,
     get_summary,
     get_attribution,
     get_attribution_detail,
