@@ -181,6 +181,24 @@ async fn every_operation_states_its_security_and_error_bodies() {
     }
 }
 
+#[tokio::test]
+async fn path_parameters_are_those_of_the_path_template() {
+    let doc = served_document().await;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let template: BTreeSet<&str> = path.split('{').skip(1).filter_map(|s| s.split('}').next()).collect();
+        for m in METHODS {
+            let Some(op) = item.get(m) else { continue };
+            let declared: BTreeSet<&str> = op["parameters"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter().filter(|p| p["in"] == "path").filter_map(|p| p["name"].as_str()).collect()
+                })
+                .unwrap_or_default();
+            assert_eq!(declared, template, "{m} {path}: path parameters");
+        }
+    }
+}
+
 #[test]
 fn the_scanner_reads_every_registration_form() {
     let dir = tempfile::tempdir().unwrap();

@@ -888,7 +888,7 @@ async fn get_session_without_id(auth: SessionAuth) -> Result<HttpResponse, ApiEr
     description = "Session, viewer and above. The body is not wrapped in `data`.",
     responses((status = 200, body = SessionDetail), (status = 400, description = "validation_error"),
         (status = 401, description = "authentication_required")))]
-#[get("/cost-events/sessions/{session_id}")]
+#[get("/cost-events/sessions/{sessionId}")]
 pub async fn get_session(
     state: web::Data<AppState>,
     auth: SessionAuth,

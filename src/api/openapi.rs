@@ -133,7 +133,19 @@ fn complete(op: &mut Operation) {
         .collect();
     let has = |name: &str| schemes.iter().any(|s| s == name);
     let json_body = op.request_body.as_ref().is_some_and(|b| b.content.contains_key("application/json"));
+    // A range (`4XX`) an operation documents itself (the provider's own errors pass
+    // through the proxy) covers its statuses.
+    let ranges: Vec<char> = op
+        .responses
+        .responses
+        .keys()
+        .filter(|s| s.ends_with("XX"))
+        .filter_map(|s| s.chars().next())
+        .collect();
     let mut add = |status: &str, what: &str| {
+        if status.chars().next().is_some_and(|c| ranges.contains(&c)) {
+            return;
+        }
         op.responses.responses.entry(status.to_owned()).or_insert_with(|| RefOr::T(Response::new(what)));
     };
     if json_body {

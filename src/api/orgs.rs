@@ -552,7 +552,7 @@ pub async fn list_members(
 #[utoipa::path(patch, path = "/api/orgs/{id}/members/{userId}", tag = "orgs", security(("session" = [])), request_body = UpdateMemberBody,
     params(("id" = String, Path, description = "svc_org_…"), ("userId" = String, Path, description = "svc_usr_…")),
     responses((status = 200, description = "`{ data: MemberView }`", body = Data<MemberView>), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
-#[patch("/orgs/{id}/members/{user_id}")]
+#[patch("/orgs/{id}/members/{userId}")]
 pub async fn update_member(
     state: web::Data<AppState>,
     user: SessionUser,
@@ -594,7 +594,7 @@ pub async fn update_member(
 #[utoipa::path(delete, path = "/api/orgs/{id}/members/{userId}", tag = "orgs", security(("session" = [])),
     params(("id" = String, Path, description = "svc_org_…"), ("userId" = String, Path, description = "svc_usr_…")),
     responses((status = 200, description = "`{ data: { userId, removed: true } }`", body = Data<RemovedMember>), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
-#[delete("/orgs/{id}/members/{user_id}")]
+#[delete("/orgs/{id}/members/{userId}")]
 pub async fn remove_member(
     state: web::Data<AppState>,
     user: SessionUser,
@@ -778,7 +778,7 @@ pub async fn create_invitation(
 #[utoipa::path(delete, path = "/api/orgs/{id}/invitations/{invitationId}", tag = "orgs", security(("session" = [])),
     params(("id" = String, Path, description = "svc_org_…"), ("invitationId" = String, Path, description = "UUID")),
     responses((status = 200, description = "`{ data: InvitationView }` with status `revoked`", body = Data<InvitationView>), (status = 400), (status = 401), (status = 403), (status = 404)))]
-#[delete("/orgs/{id}/invitations/{invitation_id}")]
+#[delete("/orgs/{id}/invitations/{invitationId}")]
 pub async fn revoke_invitation(
     state: web::Data<AppState>,
     user: SessionUser,

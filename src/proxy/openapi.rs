@@ -16,6 +16,38 @@ use crate::api::openapi::Data;
 #[schema(value_type = Object)]
 pub struct ProviderBody(serde_json::Value);
 
+/// The request headers the provider routes read (spec: Request headers (proxy)).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct ProxyHeaders {
+    /// JSON object of tags; invalid JSON is ignored, invalid entries dropped.
+    #[param(rename = "X-Service-Tags")]
+    tags: Option<String>,
+    /// Session id, max 256 characters (longer: 400); echoed on the response.
+    #[param(rename = "X-Service-Session")]
+    session: Option<String>,
+    /// `1`: finalize within the budget's reserve zone.
+    #[param(rename = "X-Service-Finalize")]
+    finalize: Option<String>,
+    /// End customer, 1-256 of `[a-zA-Z0-9._:-]`; invalid: ignored with `X-Service-Warning: invalid_customer`.
+    #[param(rename = "X-Service-Customer")]
+    customer: Option<String>,
+    /// 32 lowercase hex; invalid is replaced.
+    #[param(rename = "X-Service-Trace-Id")]
+    trace_id: Option<String>,
+    /// `svc_act_<uuid>`.
+    #[param(rename = "X-Service-Action-Id")]
+    action_id: Option<String>,
+    /// UUID or ULID, max 64 characters; invalid is replaced; echoed on the response.
+    #[param(rename = "X-Service-Request-Id")]
+    request_id: Option<String>,
+    /// Upstream base URL; must be on the allow-list (else 400 invalid_upstream).
+    #[param(rename = "X-Service-Upstream")]
+    upstream: Option<String>,
+    /// W3C trace context; takes priority over X-Service-Trace-Id.
+    traceparent: Option<String>,
+}
+
 /// `POST /v1/mcp/budget/check`: may a tool call of this estimated cost run?
 #[derive(ToSchema)]
 #[schema(rename_all = "camelCase")]
@@ -79,6 +111,7 @@ pub struct McpRecorded {
 
 /// Chat completions (OpenAI format), streaming (`stream: true`, SSE) or not.
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "proxy", security(("serviceKey" = [])),
+    params(ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
         (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming)",
@@ -87,49 +120,54 @@ pub struct McpRecorded {
             unauthorized, forbidden, mandate_violation, customer_not_allowed, payload_too_large, \
             unsupported_media_type, rate_limit_exceeded and the enforcement codes with X-Service-Denied: 1), \
             or the provider's own error passed through", content((ProviderBody = "application/json"))),
-        (status = 502, description = "upstream_error: the provider could not be reached"),
-        (status = 504, description = "upstream_timeout: the provider did not answer in time"),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json"))),
     ))]
 fn chat_completions() {}
 
 /// Messages (Anthropic format), streaming or not.
 #[utoipa::path(post, path = "/v1/messages", tag = "proxy", security(("serviceKey" = [])),
+    params(ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
         (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming)",
             content((ProviderBody = "application/json"), (String = "text/event-stream"))),
         (status = "4XX", description = "Our errors in the envelope, or the provider's own error passed through",
             content((ProviderBody = "application/json"))),
-        (status = 502, description = "upstream_error: the provider could not be reached"),
-        (status = 504, description = "upstream_timeout: the provider did not answer in time"),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json"))),
     ))]
 fn messages() {}
 
 /// Gemini `generateContent`. Registered as `/v1beta/models/{tail}`; other actions
 /// than the two documented ones answer 404.
 #[utoipa::path(post, path = "/v1beta/models/{model}:generateContent", tag = "proxy", security(("serviceKey" = [])),
-    params(("model" = String, Path, description = "Model name; dated aliases price as the base model")),
+    params(("model" = String, Path, description = "Model name; dated aliases price as the base model"), ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
         (status = 200, description = "The provider's answer", body = ProviderBody),
         (status = "4XX", description = "Our errors in the envelope, or the provider's own error passed through",
             content((ProviderBody = "application/json"))),
-        (status = 502, description = "upstream_error: the provider could not be reached"),
-        (status = 504, description = "upstream_timeout: the provider did not answer in time"),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json"))),
     ))]
 fn gemini_generate() {}
 
 /// Gemini `streamGenerateContent` (the proxy asks upstream for `alt=sse`).
 #[utoipa::path(post, path = "/v1beta/models/{model}:streamGenerateContent", tag = "proxy",
     security(("serviceKey" = [])),
-    params(("model" = String, Path, description = "Model name")),
+    params(("model" = String, Path, description = "Model name"), ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
         (status = 200, description = "Server-sent events", content_type = "text/event-stream", body = String),
         (status = "4XX", description = "Our errors in the envelope, or the provider's own error passed through",
             content((ProviderBody = "application/json"))),
-        (status = 502, description = "upstream_error: the provider could not be reached"),
-        (status = 504, description = "upstream_timeout: the provider did not answer in time"),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json"))),
     ))]
 fn gemini_stream() {}
 
