@@ -13,6 +13,7 @@ mod health;
 mod ingest;
 mod keys;
 mod mock_selftest;
+mod openapi;
 mod orgs;
 mod proxy;
 mod proxy_money;

@@ -5,6 +5,7 @@ use actix_web::{get, web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::api::openapi::Page;
 use crate::auth::session::SessionAuth;
 use crate::db::{self, models::AuditEvent};
 use crate::error::ApiError;
@@ -63,8 +64,10 @@ pub struct AuditLogQuery {
 }
 
 /// The current organization's audit log, newest first (admin).
-#[utoipa::path(get, path = "/api/audit-log", tag = "audit", params(AuditLogQuery),
-    responses((status = 200, description = "`{ data: AuditEvent[], cursor }`", body = [AuditEventView]), (status = 400), (status = 401), (status = 403)))]
+#[utoipa::path(get, path = "/api/audit-log", tag = "audit", params(AuditLogQuery), security(("session" = [])),
+    description = "Session, admin and above. Newest first.",
+    responses((status = 200, description = "`{ data: AuditEvent[], cursor }`", body = Page<AuditEventView>),
+        (status = 400, description = "validation_error")))]
 #[get("/audit-log")]
 pub async fn list_audit_log(
     state: web::Data<AppState>,

@@ -4,6 +4,7 @@
 use actix_web::{get, post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 
+use crate::api::openapi::Data;
 use crate::auth::session::{clear_cookie, resolve_org, session_cookie, SessionUser};
 use crate::auth::{password, random_hex, sha256_hex, users};
 use crate::db::{self, models::Session};
@@ -59,6 +60,18 @@ pub struct OrgRef {
     pub plan: String,
 }
 
+/// `POST /api/auth/login`: the signed-in user.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct LoginView {
+    user: UserView,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoggedOut {
+    logged_out: bool,
+}
+
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct SessionView {
     user: UserView,
@@ -92,8 +105,10 @@ async fn start_session(
 
 /// Creates a user and an organization it owns. Open while no user exists, or when
 /// open signup is enabled; the new user is signed in.
-#[utoipa::path(post, path = "/api/auth/signup", tag = "auth", request_body = SignupBody,
-    responses((status = 201, description = "User created and signed in"), (status = 400), (status = 403), (status = 409)))]
+#[utoipa::path(post, path = "/api/auth/signup", tag = "auth", request_body = SignupBody, security(()),
+    responses((status = 201, description = "User created and signed in; Set-Cookie svc_session", body = Data<SessionView>),
+        (status = 400, description = "validation_error"),
+        (status = 403, description = "forbidden: signup is closed"), (status = 409, description = "conflict: email taken")))]
 #[post("/auth/signup")]
 pub async fn signup(
     state: web::Data<AppState>,
@@ -124,8 +139,9 @@ pub async fn signup(
 }
 
 /// Signs in with email and password; sets the `svc_session` cookie.
-#[utoipa::path(post, path = "/api/auth/login", tag = "auth", request_body = LoginBody,
-    responses((status = 200, description = "Signed in; Set-Cookie svc_session"), (status = 401)))]
+#[utoipa::path(post, path = "/api/auth/login", tag = "auth", request_body = LoginBody, security(()),
+    responses((status = 200, description = "Signed in; Set-Cookie svc_session", body = Data<LoginView>),
+        (status = 401, description = "authentication_required: wrong email or password")))]
 #[post("/auth/login")]
 pub async fn login(state: web::Data<AppState>, body: JsonBody<LoginBody>) -> Result<HttpResponse, ApiError> {
     let body = body.value;
@@ -145,7 +161,7 @@ pub async fn login(state: web::Data<AppState>, body: JsonBody<LoginBody>) -> Res
     for c in session.cookies() {
         res.cookie(c.into_owned());
     }
-    Ok(res.json(serde_json::json!({ "data": { "user": UserView::from(&user) } })))
+    Ok(res.json(Data { data: LoginView { user: UserView::from(&user) } }))
 }
 
 /// An argon2 hash of a random password, used to equalize login timing.
@@ -153,17 +169,19 @@ const DUMMY_HASH: &str =
     "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$yZCNoT2x0bSP3jmZfwBdmeH1hWjPWHU1Zx5ALSy7nO8";
 
 /// Ends the session and clears the cookie.
-#[utoipa::path(post, path = "/api/auth/logout", tag = "auth", responses((status = 200), (status = 401)))]
+#[utoipa::path(post, path = "/api/auth/logout", tag = "auth", security(("session" = [])),
+    responses((status = 200, description = "Session ended; the cookie is cleared", body = Data<LoggedOut>)))]
 #[post("/auth/logout")]
 pub async fn logout(state: web::Data<AppState>, user: SessionUser) -> Result<HttpResponse, ApiError> {
     db::users::delete_session(&state.pool, &user.session_id).await?;
     Ok(HttpResponse::Ok()
         .cookie(clear_cookie(!state.config.dev))
-        .json(serde_json::json!({ "data": { "loggedOut": true } })))
+        .json(Data { data: LoggedOut { logged_out: true } }))
 }
 
 /// The signed-in user, current organization and role.
-#[utoipa::path(get, path = "/api/auth/session", tag = "auth", responses((status = 200, body = SessionView), (status = 401)))]
+#[utoipa::path(get, path = "/api/auth/session", tag = "auth", security(("session" = [])),
+    responses((status = 200, body = Data<SessionView>)))]
 #[get("/auth/session")]
 pub async fn get_session(state: web::Data<AppState>, user: SessionUser) -> Result<HttpResponse, ApiError> {
     session_view(&state, user).await
@@ -179,8 +197,8 @@ async fn session_view(state: &AppState, user: SessionUser) -> Result<HttpRespons
 }
 
 /// Points the session at another organization the user belongs to.
-#[utoipa::path(post, path = "/api/auth/switch-org", tag = "auth", request_body = SwitchOrgBody,
-    responses((status = 200, body = SessionView), (status = 400), (status = 401), (status = 404)))]
+#[utoipa::path(post, path = "/api/auth/switch-org", tag = "auth", request_body = SwitchOrgBody, security(("session" = [])),
+    responses((status = 200, body = Data<SessionView>), (status = 404, description = "not_found: not a member")))]
 #[post("/auth/switch-org")]
 pub async fn switch_org(
     state: web::Data<AppState>,

@@ -432,7 +432,7 @@ async fn check_ownership(state: &AppState, org_id: &str, ownership: &Ownership) 
 
 /// Lists every budget of the organization (users, keys, tags and customers), newest
 /// first.
-#[utoipa::path(get, path = "/api/budgets", tag = "budgets",
+#[utoipa::path(get, path = "/api/budgets", tag = "budgets", security(("session" = [])),
     description = "Session, viewer and above. An unset finalization reserve shows as 0.",
     responses((status = 200, description = "`{ data: Budget[] }`", body = BudgetList),
         (status = 401, description = "authentication_required")))]
@@ -447,7 +447,7 @@ pub async fn list_budgets(state: web::Data<AppState>, auth: SessionAuth) -> Resu
 /// Creates the budget of an entity, or replaces the configuration of the entity's
 /// existing budget (its id and spend are kept). Answers 201 with the bare budget in
 /// both cases.
-#[utoipa::path(post, path = "/api/budgets", tag = "budgets", request_body = UpsertBudgetBody,
+#[utoipa::path(post, path = "/api/budgets", tag = "budgets", security(("session" = [])), request_body = UpsertBudgetBody,
     description = "Session, admin and above. Upserts on (entityType, entityId); the body is the whole \
         configuration. New budgets count against the tier's budget limit (Free 20, Pro 500); \
         maxBudgetMicrodollars may not exceed the tier's cap.",
@@ -498,7 +498,7 @@ pub async fn upsert_budget(
 }
 
 /// Deletes a budget; enforcement of its entity stops.
-#[utoipa::path(delete, path = "/api/budgets/{id}", tag = "budgets",
+#[utoipa::path(delete, path = "/api/budgets/{id}", tag = "budgets", security(("session" = [])),
     params(("id" = String, Path, description = "`svc_bgt_<uuid>`")),
     description = "Session, admin and above.",
     responses((status = 200, description = "`{ deleted: true }`", body = DeletedBudget),
@@ -521,7 +521,7 @@ pub async fn delete_budget(
 
 /// Resets a budget's spend to 0; with a reset interval a new period starts now.
 /// The configuration is unchanged.
-#[utoipa::path(post, path = "/api/budgets/{id}", tag = "budgets",
+#[utoipa::path(post, path = "/api/budgets/{id}", tag = "budgets", security(("session" = [])),
     params(("id" = String, Path, description = "`svc_bgt_<uuid>`")),
     description = "Session, admin and above. No body. An unset finalization reserve shows as 0.",
     responses((status = 200, description = "The bare Budget object", body = BudgetView),
@@ -544,8 +544,7 @@ pub async fn reset_budget(
 
 /// The live status of the calling key's user entity and of the key itself, for
 /// those of the two that have a budget.
-#[utoipa::path(get, path = "/api/budgets/status", tag = "budgets",
-    params(("X-Service-Key" = String, Header, description = "The raw API key")),
+#[utoipa::path(get, path = "/api/budgets/status", tag = "budgets", security(("serviceKey" = [])),
     description = "API key. Spend includes reservations of requests in flight; remaining is clamped at 0.",
     responses((status = 200, body = BudgetStatus), (status = 401, description = "authentication_required"),
         (status = 429, description = "rate_limit_exceeded; Retry-After: 60")))]
@@ -620,7 +619,7 @@ async fn fetch_velocity_state(state: &AppState, org_id: &str) -> Result<Vec<Valu
 /// The proxy's live velocity windows and breaker states for the organization. Any
 /// failure to ask the proxy (none configured, unreachable, timeout, non-2xx) yields
 /// an empty list rather than an error: the dashboard shows "no live state".
-#[utoipa::path(get, path = "/api/budgets/velocity-status", tag = "budgets",
+#[utoipa::path(get, path = "/api/budgets/velocity-status", tag = "budgets", security(("session" = [])),
     description = "Session, viewer and above. Polls the proxy with a 3-second timeout.",
     responses((status = 200, description = "`{ velocityState: [...] }`", body = VelocityStatus),
         (status = 401, description = "authentication_required")))]
@@ -650,7 +649,7 @@ fn spend_filter(b: &Budget) -> Option<SpendFilter> {
 
 /// What makes up a budget's spend in its current period (all time without a reset
 /// interval): the entity's cost events grouped by API key, provider and model.
-#[utoipa::path(get, path = "/api/budgets/{id}/sources", tag = "budgets",
+#[utoipa::path(get, path = "/api/budgets/{id}/sources", tag = "budgets", security(("session" = [])),
     params(("id" = String, Path, description = "`svc_bgt_<uuid>`")),
     description = "Session, viewer and above.",
     responses((status = 200, description = "`{ data: { budget, sources } }`", body = BudgetSourcesBody),

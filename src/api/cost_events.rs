@@ -27,6 +27,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::api::openapi::Data;
+use crate::api::schemas::EventBodies;
 use crate::auth::session::SessionAuth;
 use crate::db::cost_event_queries::{
     self as queries, DayTotal, EventFilter, EventRow, Grouping, LabelTotal, Member, SessionsAfter, Window,
@@ -761,7 +763,7 @@ async fn names_of(
 // Handlers
 
 /// Lists the organization's cost events, newest first, narrowed by the filters.
-#[utoipa::path(get, path = "/api/cost-events", tag = "cost-events", params(ListEventsQuery,
+#[utoipa::path(get, path = "/api/cost-events", tag = "cost-events", security(("session" = [])), params(ListEventsQuery,
         ("tag.<key>" = Option<String>, Query, description = "Containment filter: the event carries this tag \
             with this value. Repeat for several tags (all must match).")),
     description = "Session, viewer and above.",
@@ -784,7 +786,7 @@ pub async fn list_cost_events(
 }
 
 /// Shows one cost event of the organization.
-#[utoipa::path(get, path = "/api/cost-events/{id}", tag = "cost-events",
+#[utoipa::path(get, path = "/api/cost-events/{id}", tag = "cost-events", security(("session" = [])),
     params(("id" = String, Path, description = "`svc_evt_<uuid>` or a bare UUID")),
     description = "Session, viewer and above. Events of other organizations are not found.",
     responses((status = 200, body = CostEventEnvelope), (status = 400, description = "validation_error"),
@@ -806,11 +808,12 @@ pub async fn get_cost_event(
 
 /// The request and response bodies kept for a proxied call (Pro and above; 1 MB each,
 /// longer streams truncated in storage).
-#[utoipa::path(get, path = "/api/cost-events/{id}/bodies", tag = "cost-events",
+#[utoipa::path(get, path = "/api/cost-events/{id}/bodies", tag = "cost-events", security(("session" = [])),
     params(("id" = String, Path, description = "`svc_evt_<uuid>` or a bare UUID")),
     description = "Session, viewer and above, Pro tier and above. `{ data: { eventId, requestBody, responseBody, \
         requestTruncated, responseTruncated, createdAt } }`; 404 when the event has no recorded bodies.",
-    responses((status = 200, description = "the bodies"), (status = 403, description = "forbidden (Free tier)"),
+    responses((status = 200, description = "the bodies", body = Data<EventBodies>),
+        (status = 400, description = "validation_error: malformed id"), (status = 403, description = "forbidden (Free tier)"),
         (status = 404, description = "not_found")))]
 #[get("/cost-events/{id}/bodies")]
 pub async fn get_cost_event_bodies(
@@ -838,7 +841,7 @@ pub async fn get_cost_event_bodies(
 }
 
 /// Lists the organization's sessions, the most recently active first.
-#[utoipa::path(get, path = "/api/cost-events/sessions", tag = "cost-events", params(ListSessionsQuery),
+#[utoipa::path(get, path = "/api/cost-events/sessions", tag = "cost-events", security(("session" = [])), params(ListSessionsQuery),
     description = "Session, viewer and above. The cursor is `{ createdAt, id }` holding the last row's \
         `endedAt` and `sessionId`.",
     responses((status = 200, body = SessionPage), (status = 400, description = "validation_error"),
@@ -870,6 +873,9 @@ pub async fn list_sessions(
 
 /// Answers the empty session ID (`/api/cost-events/sessions/`), which the
 /// `{sessionId}` route cannot match, with the spec's validation error.
+#[utoipa::path(get, path = "/api/cost-events/sessions/", tag = "cost-events", security(("session" = [])),
+    description = "The empty session ID: always 400 validation_error (sessionId must be 1-200 characters).",
+    responses((status = 400, description = "validation_error")))]
 async fn get_session_without_id(auth: SessionAuth) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
     Err(ApiError::invalid_field(&["sessionId"], "must be 1-200 characters"))
@@ -877,12 +883,12 @@ async fn get_session_without_id(auth: SessionAuth) -> Result<HttpResponse, ApiEr
 
 /// Shows a session: totals over all its events and its first 200 events, oldest
 /// first. A session without events answers zeros, not 404.
-#[utoipa::path(get, path = "/api/cost-events/sessions/{sessionId}", tag = "cost-events",
+#[utoipa::path(get, path = "/api/cost-events/sessions/{sessionId}", tag = "cost-events", security(("session" = [])),
     params(("sessionId" = String, Path, description = "1-200 characters")),
     description = "Session, viewer and above. The body is not wrapped in `data`.",
     responses((status = 200, body = SessionDetail), (status = 400, description = "validation_error"),
         (status = 401, description = "authentication_required")))]
-#[get("/cost-events/sessions/{session_id}")]
+#[get("/cost-events/sessions/{sessionId}")]
 pub async fn get_session(
     state: web::Data<AppState>,
     auth: SessionAuth,
@@ -912,7 +918,7 @@ pub async fn get_session(
 
 /// Summarizes the organization's spend over a period: by day, model, provider, API
 /// key, tool, source and trace, with totals and the summed cost breakdown.
-#[utoipa::path(get, path = "/api/cost-events/summary", tag = "cost-events", params(SummaryQuery),
+#[utoipa::path(get, path = "/api/cost-events/summary", tag = "cost-events", security(("session" = [])), params(SummaryQuery),
     description = "Session, viewer and above.",
     responses((status = 200, body = SpendSummaryEnvelope), (status = 400, description = "validation_error"),
         (status = 401, description = "authentication_required")))]
@@ -1030,7 +1036,7 @@ pub async fn get_summary(
 
 /// Attributes the organization's spend over a period to API keys or to the values
 /// of one tag, costliest first, as JSON or CSV.
-#[utoipa::path(get, path = "/api/cost-events/attribution", tag = "cost-events", params(AttributionQuery),
+#[utoipa::path(get, path = "/api/cost-events/attribution", tag = "cost-events", security(("session" = [])), params(AttributionQuery),
     description = "Session, viewer and above. CSV: columns `key,key_id,total_cost_microdollars,\
         total_cost_usd,request_count,avg_cost_microdollars,avg_cost_usd`, \
         `Content-Disposition: attachment; filename=service-attribution-<groupBy>-<date>.csv`.",
@@ -1121,7 +1127,7 @@ pub async fn get_attribution(
 }
 
 /// Shows one attribution group over a period: totals, spend by day and by model.
-#[utoipa::path(get, path = "/api/cost-events/attribution/{key}", tag = "cost-events",
+#[utoipa::path(get, path = "/api/cost-events/attribution/{key}", tag = "cost-events", security(("session" = [])),
     params(("key" = String, Path, description = "An API key ID (`svc_key_<uuid>`), a tag value, or \
         `(no key)` for events without a key (or without the tag)"), AttributionDetailQuery),
     description = "Session, viewer and above.",
@@ -1175,7 +1181,7 @@ pub async fn get_attribution_detail(
 
 /// Lists the distinct tag keys of the organization's events of the last 7 days,
 /// internal ones excluded, alphabetically (byte order), at most 50.
-#[utoipa::path(get, path = "/api/cost-events/tag-keys", tag = "cost-events",
+#[utoipa::path(get, path = "/api/cost-events/tag-keys", tag = "cost-events", security(("session" = [])),
     description = "Session, viewer and above.",
     responses((status = 200, body = TagKeys), (status = 401, description = "authentication_required"),
         (status = 403, description = "forbidden")))]
@@ -1192,7 +1198,7 @@ pub async fn list_tag_keys(state: web::Data<AppState>, auth: SessionAuth) -> Res
 
 /// Exports up to 10,000 of the organization's cost events, newest first, as CSV.
 /// Paid tiers only.
-#[utoipa::path(get, path = "/api/cost-events/export", tag = "cost-events", params(ExportQuery,
+#[utoipa::path(get, path = "/api/cost-events/export", tag = "cost-events", security(("session" = [])), params(ExportQuery,
         ("tag.<key>" = Option<String>, Query, description = "Containment filter, as in the list call")),
     description = "Session, viewer and above; Pro tier and above. Columns: `id,request_id,provider,model,\
         input_tokens,output_tokens,cached_input_tokens,reasoning_tokens,cost_microdollars,cost_usd,duration_ms,\
@@ -1274,6 +1280,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     get_cost_event_bodies,
     list_sessions,
     get_session,
+    get_session_without_id,
     get_summary,
     get_attribution,
     get_attribution_detail,

@@ -10,6 +10,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::accounting::event::{self, Dedup, EventSpec};
+use crate::api::openapi::Data;
+use crate::api::schemas::{BatchIngested, IngestedEvent};
 use crate::auth::keys::{KeyAuth, KeyIdentity};
 use crate::db::cost_events::{NewCostEvent, Outcome};
 use crate::error::{ApiError, Issues};
@@ -219,9 +221,13 @@ fn outcome_json(o: &Outcome) -> (bool, serde_json::Value) {
 /// Records one cost event. 201 for a new event; 200 with the original id when the
 /// (requestId, provider) pair was already recorded.
 #[utoipa::path(post, path = "/api/cost-events", tag = "cost-events", request_body = CostEventInput,
-    params(("X-Service-Key" = String, Header, description = "API key"), ("Idempotency-Key" = Option<String>, Header, description = "dedup key")),
-    responses((status = 201, description = "{ data: { id, createdAt } }"), (status = 200, description = "duplicate"),
-        (status = 400), (status = 401), (status = 413), (status = 415), (status = 429)))]
+    security(("serviceKey" = [])),
+    params(("Idempotency-Key" = Option<String>, Header, description = "Dedup key (max 256 printable ASCII); takes priority over the body's idempotencyKey")),
+    responses((status = 201, description = "A new event", body = Data<IngestedEvent>),
+        (status = 200, description = "A duplicate: the original event", body = Data<IngestedEvent>),
+        (status = 400, description = "validation_error, invalid_json or invalid_idempotency_key"),
+        (status = 409, description = "idempotency_conflict: same Idempotency-Key, different body"),
+        (status = 503, description = "request_in_progress (Retry-After: 1), idempotency_unavailable or service_unavailable")))]
 #[post("/cost-events")]
 pub async fn create_cost_event(
     state: web::Data<AppState>,
@@ -252,8 +258,12 @@ pub async fn create_cost_event(
 /// Records 1 to 100 events in one transaction. `inserted` counts only new events;
 /// `ids` lists every event's id in order (a duplicate carries the original id).
 #[utoipa::path(post, path = "/api/cost-events/batch", tag = "cost-events", request_body = BatchInput,
-    params(("X-Service-Key" = String, Header, description = "API key")),
-    responses((status = 201, description = "{ inserted, ids }"), (status = 400), (status = 401), (status = 413), (status = 415), (status = 429)))]
+    security(("serviceKey" = [])),
+    params(("Idempotency-Key" = Option<String>, Header, description = "Dedup key of the whole batch")),
+    responses((status = 201, description = "`{ inserted, ids }` (not wrapped in `data`)", body = BatchIngested),
+        (status = 400, description = "validation_error (0 or over 100 events, invalid fields), invalid_json or invalid_idempotency_key"),
+        (status = 409, description = "idempotency_conflict: same Idempotency-Key, different body"),
+        (status = 503, description = "request_in_progress (Retry-After: 1), idempotency_unavailable or service_unavailable")))]
 #[post("/cost-events/batch")]
 pub async fn create_cost_event_batch(
     state: web::Data<AppState>,

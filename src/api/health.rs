@@ -22,7 +22,7 @@ pub struct Version {
 }
 
 /// Liveness of the control plane and whether its database answers.
-#[utoipa::path(get, path = "/api/health", tag = "health", responses((status = 200, body = Health), (status = 503, body = Health)))]
+#[utoipa::path(get, path = "/api/health", tag = "health", security(()), responses((status = 200, body = Health), (status = 503, body = Health)))]
 #[get("/health")]
 pub async fn get_health(state: web::Data<AppState>) -> HttpResponse {
     let database_ok = state.pool.ping().await.is_ok();
@@ -39,7 +39,7 @@ pub async fn get_health(state: web::Data<AppState>) -> HttpResponse {
 }
 
 /// Build and API version.
-#[utoipa::path(get, path = "/api/version", tag = "health", responses((status = 200, body = Version)))]
+#[utoipa::path(get, path = "/api/version", tag = "health", security(()), responses((status = 200, body = Version)))]
 #[get("/version")]
 pub async fn get_version(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(Version {

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::api::openapi::Data;
 use crate::auth::keys::{generate_raw_key, key_prefix, stored_list, stored_tags, KeyAuth};
 use crate::auth::session::SessionAuth;
 use crate::auth::sha256_hex;
@@ -276,7 +277,7 @@ fn key_id(raw: &str) -> Result<String, ApiError> {
 }
 
 /// Lists the organization's active keys, newest first.
-#[utoipa::path(get, path = "/api/keys", tag = "keys", params(ListKeysQuery),
+#[utoipa::path(get, path = "/api/keys", tag = "keys", params(ListKeysQuery), security(("session" = [])),
     description = "Session, viewer and above. Revoked keys are not listed.",
     responses((status = 200, body = ApiKeyPage), (status = 400, description = "validation_error"),
         (status = 401, description = "authentication_required")))]
@@ -299,9 +300,9 @@ pub async fn list_keys(
 
 /// Creates a key in the session's organization, owned by the signed-in user. The
 /// raw key is in this response only.
-#[utoipa::path(post, path = "/api/keys", tag = "keys", request_body = CreateKeyBody,
+#[utoipa::path(post, path = "/api/keys", tag = "keys", request_body = CreateKeyBody, security(("session" = [])),
     description = "Session, member and above. Free tier: at most 10 active keys.",
-    responses((status = 201, description = "`{ data: ApiKey + rawKey }`", body = CreatedApiKeyView),
+    responses((status = 201, description = "`{ data: ApiKey + rawKey }`", body = Data<CreatedApiKeyView>),
         (status = 400, description = "validation_error"), (status = 401, description = "authentication_required"),
         (status = 403, description = "forbidden"), (status = 409, description = "limit_exceeded")))]
 #[post("/keys")]
@@ -364,10 +365,10 @@ pub async fn create_key(
 }
 
 /// Changes a key's name or settings. Takes effect on the key's next request.
-#[utoipa::path(patch, path = "/api/keys/{id}", tag = "keys", request_body = UpdateKeyBody,
+#[utoipa::path(patch, path = "/api/keys/{id}", tag = "keys", request_body = UpdateKeyBody, security(("session" = [])),
     params(("id" = String, Path, description = "`svc_key_<uuid>`")),
     description = "Session, admin and above. At least one field; null clears an allow-list.",
-    responses((status = 200, description = "`{ data: ApiKey }`", body = ApiKeyView),
+    responses((status = 200, description = "`{ data: ApiKey }`", body = Data<ApiKeyView>),
         (status = 400, description = "validation_error"), (status = 401, description = "authentication_required"),
         (status = 403, description = "forbidden"), (status = 404, description = "not_found: missing, revoked or another organization's")))]
 #[patch("/keys/{id}")]
@@ -432,10 +433,10 @@ fn changes_of(body: UpdateKeyBody) -> Result<KeyChanges, ApiError> {
 }
 
 /// Revokes a key. It stops working immediately and disappears from the list.
-#[utoipa::path(delete, path = "/api/keys/{id}", tag = "keys",
+#[utoipa::path(delete, path = "/api/keys/{id}", tag = "keys", security(("session" = [])),
     params(("id" = String, Path, description = "`svc_key_<uuid>`")),
     description = "Session, admin and above.",
-    responses((status = 200, description = "`{ data: { id, revokedAt } }`", body = RevokedKey),
+    responses((status = 200, description = "`{ data: { id, revokedAt } }`", body = Data<RevokedKey>),
         (status = 401, description = "authentication_required"), (status = 403, description = "forbidden"),
         (status = 404, description = "not_found: missing, already revoked or another organization's")))]
 #[delete("/keys/{id}")]
@@ -459,8 +460,7 @@ pub async fn revoke_key(
 
 /// Tells a key holder whom the key belongs to. Carries `X-RateLimit-*` and
 /// `Service-Version`.
-#[utoipa::path(get, path = "/api/auth/introspect", tag = "keys",
-    params(("X-Service-Key" = String, Header, description = "The raw API key")),
+#[utoipa::path(get, path = "/api/auth/introspect", tag = "keys", security(("serviceKey" = [])),
     description = "API key. In local development mode `keyId` is `dev` and `dev` is true.",
     responses((status = 200, body = Introspection), (status = 401, description = "authentication_required"),
         (status = 429, description = "rate_limit_exceeded; Retry-After: 60")))]

@@ -10,6 +10,7 @@ pub mod keys;
 pub mod openapi;
 pub mod orgs;
 pub mod policy;
+pub mod schemas;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::api::openapi::{Data, Page};
 use crate::auth::session::{SessionAuth, SessionUser};
 use crate::auth::{random_hex, sha256_hex};
 use crate::db::models::{Invitation, Organization};
@@ -226,6 +227,26 @@ pub struct TransferBody {
     user_id: String,
 }
 
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct DeletedOrg {
+    id: String,
+    deleted: bool,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemovedMember {
+    user_id: String,
+    removed: bool,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftOrg {
+    org_id: String,
+    left: bool,
+}
+
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
@@ -361,8 +382,8 @@ fn data_page<T: Serialize>(items: Vec<T>, cursor: Option<Cursor>) -> HttpRespons
 
 /// Lists the organizations the signed-in user belongs to, oldest first, with the
 /// user's role in each.
-#[utoipa::path(get, path = "/api/orgs", tag = "orgs",
-    responses((status = 200, description = "`{ data: OrgSummary[] }`", body = [OrgSummary]), (status = 401)))]
+#[utoipa::path(get, path = "/api/orgs", tag = "orgs", security(("session" = [])),
+    responses((status = 200, description = "`{ data: OrgSummary[] }`", body = Data<Vec<OrgSummary>>), (status = 401)))]
 #[get("/orgs")]
 pub async fn list_orgs(state: web::Data<AppState>, user: SessionUser) -> Result<HttpResponse, ApiError> {
     let orgs = db::orgs::orgs_for_user(&state.pool, &user.user.id).await?;
@@ -382,8 +403,8 @@ pub async fn list_orgs(state: web::Data<AppState>, user: SessionUser) -> Result<
 /// Creates an organization on the configured default plan with the caller as
 /// owner. The session stays on its current organization (switch with
 /// `POST /api/auth/switch-org`).
-#[utoipa::path(post, path = "/api/orgs", tag = "orgs", request_body = CreateOrgBody,
-    responses((status = 201, description = "`{ data: OrgView }`", body = OrgView), (status = 400), (status = 401)))]
+#[utoipa::path(post, path = "/api/orgs", tag = "orgs", security(("session" = [])), request_body = CreateOrgBody,
+    responses((status = 201, description = "`{ data: OrgView }`", body = Data<OrgView>), (status = 400), (status = 401)))]
 #[post("/orgs")]
 pub async fn create_org(
     state: web::Data<AppState>,
@@ -398,8 +419,8 @@ pub async fn create_org(
 }
 
 /// The current organization's plan, its limits and what is counted against them.
-#[utoipa::path(get, path = "/api/orgs/me/usage", tag = "orgs",
-    responses((status = 200, description = "`{ data: UsageView }`", body = UsageView), (status = 401), (status = 403)))]
+#[utoipa::path(get, path = "/api/orgs/me/usage", tag = "orgs", security(("session" = [])),
+    responses((status = 200, description = "`{ data: UsageView }`", body = Data<UsageView>), (status = 401), (status = 403)))]
 #[get("/orgs/me/usage")]
 pub async fn get_usage(state: web::Data<AppState>, auth: SessionAuth) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
@@ -423,9 +444,9 @@ pub async fn get_usage(state: web::Data<AppState>, auth: SessionAuth) -> Result<
 }
 
 /// One organization the caller belongs to (member role or above).
-#[utoipa::path(get, path = "/api/orgs/{id}", tag = "orgs",
+#[utoipa::path(get, path = "/api/orgs/{id}", tag = "orgs", security(("session" = [])),
     params(("id" = String, Path, description = "svc_org_…")),
-    responses((status = 200, description = "`{ data: OrgView }`", body = OrgView), (status = 400), (status = 401), (status = 403), (status = 404)))]
+    responses((status = 200, description = "`{ data: OrgView }`", body = Data<OrgView>), (status = 400), (status = 401), (status = 403), (status = 404)))]
 #[get("/orgs/{id}")]
 pub async fn get_org(
     state: web::Data<AppState>,
@@ -439,9 +460,9 @@ pub async fn get_org(
 
 /// Renames an organization or sets its upgrade URLs (admin). URL changes are
 /// audited as `org_upgrade_url.updated` and `customer_upgrade_url.updated`.
-#[utoipa::path(patch, path = "/api/orgs/{id}", tag = "orgs", request_body = UpdateOrgBody,
+#[utoipa::path(patch, path = "/api/orgs/{id}", tag = "orgs", security(("session" = [])), request_body = UpdateOrgBody,
     params(("id" = String, Path, description = "svc_org_…")),
-    responses((status = 200, description = "`{ data: OrgView }`", body = OrgView), (status = 400), (status = 401), (status = 403), (status = 404)))]
+    responses((status = 200, description = "`{ data: OrgView }`", body = Data<OrgView>), (status = 400), (status = 401), (status = 403), (status = 404)))]
 #[patch("/orgs/{id}")]
 pub async fn update_org(
     state: web::Data<AppState>,
@@ -478,9 +499,9 @@ pub async fn update_org(
 /// Deletes an organization (owner): its memberships and invitations go, sessions
 /// pointing at it are detached, its API keys are revoked. The audit log keeps the
 /// `org.deleted` row.
-#[utoipa::path(delete, path = "/api/orgs/{id}", tag = "orgs",
+#[utoipa::path(delete, path = "/api/orgs/{id}", tag = "orgs", security(("session" = [])),
     params(("id" = String, Path, description = "svc_org_…")),
-    responses((status = 200, description = "`{ data: { id, deleted: true } }`"), (status = 400), (status = 401), (status = 403), (status = 404)))]
+    responses((status = 200, description = "`{ data: { id, deleted: true } }`", body = Data<DeletedOrg>), (status = 400), (status = 401), (status = 403), (status = 404)))]
 #[delete("/orgs/{id}")]
 pub async fn delete_org(
     state: web::Data<AppState>,
@@ -495,7 +516,7 @@ pub async fn delete_org(
     db::keys::note_org_keys_changed(&state.pool, &org.id).await?;
     state.keys.invalidate_all();
     Ok(HttpResponse::Ok()
-        .json(json!({ "data": { "id": ids::prefixed(ids::ORG, &org.id), "deleted": true } })))
+        .json(Data { data: DeletedOrg { id: ids::prefixed(ids::ORG, &org.id), deleted: true } }))
 }
 
 // ---------------------------------------------------------------------------
@@ -503,9 +524,9 @@ pub async fn delete_org(
 // ---------------------------------------------------------------------------
 
 /// Lists an organization's members, newest first (member role or above).
-#[utoipa::path(get, path = "/api/orgs/{id}/members", tag = "orgs",
+#[utoipa::path(get, path = "/api/orgs/{id}/members", tag = "orgs", security(("session" = [])),
     params(("id" = String, Path, description = "svc_org_…"), PageQuery),
-    responses((status = 200, description = "`{ data: MemberView[], cursor }`", body = [MemberView]), (status = 400), (status = 401), (status = 403), (status = 404)))]
+    responses((status = 200, description = "`{ data: MemberView[], cursor }`", body = Page<MemberView>), (status = 400), (status = 401), (status = 403), (status = 404)))]
 #[get("/orgs/{id}/members")]
 pub async fn list_members(
     state: web::Data<AppState>,
@@ -528,10 +549,10 @@ pub async fn list_members(
 
 /// Changes a member's role (admin). Nobody gains or loses the owner role here, and
 /// only the owner changes another admin. Audited as `member.role_changed`.
-#[utoipa::path(patch, path = "/api/orgs/{id}/members/{userId}", tag = "orgs", request_body = UpdateMemberBody,
+#[utoipa::path(patch, path = "/api/orgs/{id}/members/{userId}", tag = "orgs", security(("session" = [])), request_body = UpdateMemberBody,
     params(("id" = String, Path, description = "svc_org_…"), ("userId" = String, Path, description = "svc_usr_…")),
-    responses((status = 200, description = "`{ data: MemberView }`", body = MemberView), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
-#[patch("/orgs/{id}/members/{user_id}")]
+    responses((status = 200, description = "`{ data: MemberView }`", body = Data<MemberView>), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
+#[patch("/orgs/{id}/members/{userId}")]
 pub async fn update_member(
     state: web::Data<AppState>,
     user: SessionUser,
@@ -570,10 +591,10 @@ pub async fn update_member(
 /// Removes a member (admin). The owner cannot be removed, and only the owner
 /// removes another admin. The user's sessions stop pointing at the organization.
 /// Audited as `member.removed`.
-#[utoipa::path(delete, path = "/api/orgs/{id}/members/{userId}", tag = "orgs",
+#[utoipa::path(delete, path = "/api/orgs/{id}/members/{userId}", tag = "orgs", security(("session" = [])),
     params(("id" = String, Path, description = "svc_org_…"), ("userId" = String, Path, description = "svc_usr_…")),
-    responses((status = 200, description = "`{ data: { userId, removed: true } }`"), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
-#[delete("/orgs/{id}/members/{user_id}")]
+    responses((status = 200, description = "`{ data: { userId, removed: true } }`", body = Data<RemovedMember>), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
+#[delete("/orgs/{id}/members/{userId}")]
 pub async fn remove_member(
     state: web::Data<AppState>,
     user: SessionUser,
@@ -605,16 +626,16 @@ pub async fn remove_member(
     db::keys::note_org_keys_changed(&state.pool, &org.id).await?;
     state.keys.invalidate_all();
     Ok(HttpResponse::Ok()
-        .json(json!({ "data": { "userId": ids::prefixed(ids::USER, &target_id), "removed": true } })))
+        .json(Data { data: RemovedMember { user_id: ids::prefixed(ids::USER, &target_id), removed: true } }))
 }
 
 /// Leaves an organization. The spec gives leave a minimum role of `member`; viewers
 /// may leave too, because refusing someone the way out of an organization protects
 /// nothing. The owner must transfer ownership first (409 `conflict`). Audited as
 /// `member.left`.
-#[utoipa::path(post, path = "/api/orgs/{id}/leave", tag = "orgs",
+#[utoipa::path(post, path = "/api/orgs/{id}/leave", tag = "orgs", security(("session" = [])),
     params(("id" = String, Path, description = "svc_org_…")),
-    responses((status = 200, description = "`{ data: { orgId, left: true } }`"), (status = 400), (status = 401), (status = 404), (status = 409)))]
+    responses((status = 200, description = "`{ data: { orgId, left: true } }`", body = Data<LeftOrg>), (status = 400), (status = 401), (status = 404), (status = 409)))]
 #[post("/orgs/{id}/leave")]
 pub async fn leave_org(
     state: web::Data<AppState>,
@@ -645,14 +666,14 @@ pub async fn leave_org(
     db::keys::note_org_keys_changed(&state.pool, &org.id).await?;
     state.keys.invalidate_all();
     Ok(HttpResponse::Ok()
-        .json(json!({ "data": { "orgId": ids::prefixed(ids::ORG, &org.id), "left": true } })))
+        .json(Data { data: LeftOrg { org_id: ids::prefixed(ids::ORG, &org.id), left: true } }))
 }
 
 /// Hands ownership to another member (owner): the target becomes owner and the
 /// caller becomes admin, in one transaction. Audited as `org.ownership_transferred`.
-#[utoipa::path(post, path = "/api/orgs/{id}/transfer", tag = "orgs", request_body = TransferBody,
+#[utoipa::path(post, path = "/api/orgs/{id}/transfer", tag = "orgs", security(("session" = [])), request_body = TransferBody,
     params(("id" = String, Path, description = "svc_org_…")),
-    responses((status = 200, description = "`{ data: OwnershipTransfer }`", body = OwnershipTransfer), (status = 400), (status = 401), (status = 403), (status = 404)))]
+    responses((status = 200, description = "`{ data: OwnershipTransfer }`", body = Data<OwnershipTransfer>), (status = 400), (status = 401), (status = 403), (status = 404)))]
 #[post("/orgs/{id}/transfer")]
 pub async fn transfer_ownership(
     state: web::Data<AppState>,
@@ -683,9 +704,9 @@ pub async fn transfer_ownership(
 // ---------------------------------------------------------------------------
 
 /// Lists an organization's pending invitations, newest first (admin).
-#[utoipa::path(get, path = "/api/orgs/{id}/invitations", tag = "orgs",
+#[utoipa::path(get, path = "/api/orgs/{id}/invitations", tag = "orgs", security(("session" = [])),
     params(("id" = String, Path, description = "svc_org_…"), PageQuery),
-    responses((status = 200, description = "`{ data: InvitationView[], cursor }`", body = [InvitationView]), (status = 400), (status = 401), (status = 403), (status = 404)))]
+    responses((status = 200, description = "`{ data: InvitationView[], cursor }`", body = Page<InvitationView>), (status = 400), (status = 401), (status = 403), (status = 404)))]
 #[get("/orgs/{id}/invitations")]
 pub async fn list_invitations(
     state: web::Data<AppState>,
@@ -704,9 +725,9 @@ pub async fn list_invitations(
 /// Invites an email address (admin). Answers 201 with a one-time `token` valid for
 /// seven days; only its SHA-256 is stored. Members and already-invited addresses
 /// get 409 `conflict`. Audited as `invitation.created`.
-#[utoipa::path(post, path = "/api/orgs/{id}/invitations", tag = "orgs", request_body = CreateInvitationBody,
+#[utoipa::path(post, path = "/api/orgs/{id}/invitations", tag = "orgs", security(("session" = [])), request_body = CreateInvitationBody,
     params(("id" = String, Path, description = "svc_org_…")),
-    responses((status = 201, description = "`{ data: CreatedInvitation }`", body = CreatedInvitation), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
+    responses((status = 201, description = "`{ data: CreatedInvitation }`", body = Data<CreatedInvitation>), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
 #[post("/orgs/{id}/invitations")]
 pub async fn create_invitation(
     state: web::Data<AppState>,
@@ -754,10 +775,10 @@ pub async fn create_invitation(
 }
 
 /// Revokes a pending invitation (admin). Audited as `invitation.revoked`.
-#[utoipa::path(delete, path = "/api/orgs/{id}/invitations/{invitationId}", tag = "orgs",
+#[utoipa::path(delete, path = "/api/orgs/{id}/invitations/{invitationId}", tag = "orgs", security(("session" = [])),
     params(("id" = String, Path, description = "svc_org_…"), ("invitationId" = String, Path, description = "UUID")),
-    responses((status = 200, description = "`{ data: InvitationView }` with status `revoked`", body = InvitationView), (status = 400), (status = 401), (status = 403), (status = 404)))]
-#[delete("/orgs/{id}/invitations/{invitation_id}")]
+    responses((status = 200, description = "`{ data: InvitationView }` with status `revoked`", body = Data<InvitationView>), (status = 400), (status = 401), (status = 403), (status = 404)))]
+#[delete("/orgs/{id}/invitations/{invitationId}")]
 pub async fn revoke_invitation(
     state: web::Data<AppState>,
     user: SessionUser,
@@ -779,8 +800,8 @@ pub async fn revoke_invitation(
 /// otherwise); unknown, used and revoked tokens are 404. The user joins with the
 /// invited role and the session switches to the organization. Audited as
 /// `invitation.accepted`.
-#[utoipa::path(post, path = "/api/invite/accept", tag = "orgs", request_body = AcceptInvitationBody,
-    responses((status = 200, description = "`{ data: AcceptedInvitation }`", body = AcceptedInvitation), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
+#[utoipa::path(post, path = "/api/invite/accept", tag = "orgs", security(("session" = [])), request_body = AcceptInvitationBody,
+    responses((status = 200, description = "`{ data: AcceptedInvitation }`", body = Data<AcceptedInvitation>), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
 #[post("/invite/accept")]
 pub async fn accept_invitation(
     state: web::Data<AppState>,

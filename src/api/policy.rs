@@ -7,10 +7,9 @@ use crate::auth::keys::KeyAuth;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-#[utoipa::path(get, path = "/api/policy", tag = "policy",
-    params(("X-Service-Key" = String, Header, description = "API key")),
-    responses((status = 200, description = "budget, allowed_models, allowed_providers, cheapest_per_provider, cheapest_overall, restrictions_active"),
-        (status = 401, description = "authentication_required")))]
+#[utoipa::path(get, path = "/api/policy", tag = "policy", security(("serviceKey" = [])),
+    description = "The key's budget, allowed models and providers, and the cheapest allowed models.",
+    responses((status = 200, body = crate::api::schemas::PolicyView)))]
 #[get("/policy")]
 pub async fn get_policy(state: web::Data<AppState>, key: KeyAuth) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(crate::proxy::policy::policy_of(&state, &key.0).await?))

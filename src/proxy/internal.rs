@@ -9,7 +9,7 @@
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use actors::budget::EntityType;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -55,6 +55,11 @@ pub struct VelocityStateBody {
     velocity_state: Vec<Value>,
 }
 
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Invalidated {
+    invalidated: bool,
+}
+
 /// Checks the shared secret: 404 when none is configured, 401 `unauthorized` when the
 /// header is missing or wrong. Both sides are hashed first, so the comparison is
 /// constant-time and reveals not even the secret's length.
@@ -85,9 +90,9 @@ fn org_id(raw: &str, issues: &mut Issues) -> Option<String> {
 /// storage.
 #[utoipa::path(post, path = "/internal/budget/invalidate", tag = "proxy-internal",
     request_body = InvalidateBody,
-    params(("X-Internal-Secret" = String, Header, description = "The shared internal secret")),
+    security(("internalSecret" = [])),
     description = "Shared secret. 404 when the instance has no internal secret configured.",
-    responses((status = 200, description = "`{ invalidated: true }`"),
+    responses((status = 200, description = "`{ invalidated: true }`", body = Invalidated),
         (status = 400, description = "validation_error or invalid_json"),
         (status = 401, description = "unauthorized"), (status = 404, description = "not_found")))]
 #[post("/internal/budget/invalidate")]
@@ -118,12 +123,12 @@ pub async fn invalidate_budget(
         .budgets
         .invalidate(&EntityRef { org_id, entity_type: kind.as_str().to_owned(), entity_id: body.entity_id })
         .await;
-    Ok(HttpResponse::Ok().json(json!({ "invalidated": true })))
+    Ok(HttpResponse::Ok().json(Invalidated { invalidated: true }))
 }
 
 /// The live velocity windows and breaker states of an organization's entities.
 #[utoipa::path(get, path = "/internal/budget/velocity-state", tag = "proxy-internal",
-    params(VelocityStateQuery, ("X-Internal-Secret" = String, Header, description = "The shared internal secret")),
+    params(VelocityStateQuery), security(("internalSecret" = [])),
     description = "Shared secret. 404 when the instance has no internal secret configured.",
     responses((status = 200, body = VelocityStateBody), (status = 400, description = "validation_error"),
         (status = 401, description = "unauthorized"), (status = 404, description = "not_found")))]

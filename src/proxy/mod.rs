@@ -11,6 +11,7 @@ pub mod internal;
 pub mod mcp;
 pub mod meter;
 pub mod peer;
+pub mod openapi;
 pub mod plan;
 pub mod policy;
 pub mod pricing;
@@ -93,14 +94,4 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     );
 }
 
-#[derive(utoipa::OpenApi)]
-#[openapi(paths(
-    health::get_health,
-    health::get_ready,
-    health::get_metrics,
-    health::get_feature_flags,
-    internal::invalidate_budget,
-    internal::get_velocity_state,
-    policy::get_policy
-))]
-pub struct ApiDoc;
+pub use openapi::ApiDoc;

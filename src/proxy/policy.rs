@@ -103,10 +103,9 @@ fn rank<'a>(price: &ModelPrice, model: &'a str) -> (i64, &'a str) {
 }
 
 /// `GET /v1/policy`.
-#[utoipa::path(get, path = "/v1/policy", tag = "proxy",
-    params(("X-Service-Key" = String, Header, description = "API key")),
-    responses((status = 200, description = "budget, allowed_models, allowed_providers, cheapest_per_provider, cheapest_overall, restrictions_active"),
-        (status = 401, description = "unauthorized")))]
+#[utoipa::path(get, path = "/v1/policy", tag = "proxy", security(("serviceKey" = [])),
+    description = "The key's budget, allowed models and providers, and the cheapest allowed models.",
+    responses((status = 200, body = crate::api::schemas::PolicyView)))]
 pub async fn get_policy(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let key = super::key_of(&req, &state).await?;
     Ok(HttpResponse::Ok().json(policy_of(&state, &key).await?))
