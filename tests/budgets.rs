@@ -402,10 +402,10 @@ async fn upsert_validates_every_field() {
 
     // Missing or ill-typed fields.
     let shape_cases = [
-        (json!({ "entityId": "acme", "maxBudgetMicrodollars": 1 }), json!([])),
+        (json!({ "entityId": "acme", "maxBudgetMicrodollars": 1 }), json!(["entityType"])),
         (json!({ "entityType": 5, "entityId": "acme", "maxBudgetMicrodollars": 1 }), json!(["entityType"])),
-        (json!({ "entityType": "customer", "maxBudgetMicrodollars": 1 }), json!([])),
-        (json!({ "entityType": "customer", "entityId": "acme" }), json!([])),
+        (json!({ "entityType": "customer", "maxBudgetMicrodollars": 1 }), json!(["entityId"])),
+        (json!({ "entityType": "customer", "entityId": "acme" }), json!(["maxBudgetMicrodollars"])),
         (
             json!({ "entityType": "customer", "entityId": "acme", "maxBudgetMicrodollars": 1.5 }),
             json!(["maxBudgetMicrodollars"]),
@@ -460,6 +460,11 @@ async fn upsert_validates_every_field() {
         (json!({ "loopWindowSeconds": 9 }), "loopWindowSeconds"),
         (json!({ "loopWindowSeconds": 3601 }), "loopWindowSeconds"),
         (json!({ "loopAggregateMaxKeys": 0 }), "loopAggregateMaxKeys"),
+        // Money is bounded at 10^15 µ$ so no sum of it can leave i64.
+        (json!({ "maxBudgetMicrodollars": 1_000_000_000_000_001i64 }), "maxBudgetMicrodollars"),
+        (json!({ "velocityLimitMicrodollars": i64::MAX }), "velocityLimitMicrodollars"),
+        (json!({ "sessionLimitMicrodollars": 1_000_000_000_000_001i64 }), "sessionLimitMicrodollars"),
+        (json!({ "finalizationReserveMicrodollars": i64::MAX }), "finalizationReserveMicrodollars"),
     ];
     for (extra, field) in rule_cases {
         let r = upsert(&c, base(extra.clone())).await;

@@ -138,6 +138,18 @@ async fn ingest_validates_auth_type_size_and_fields() {
     }
     let r = sdk.post("/api/cost-events", json!({ "provider": "openai" })).await;
     assert_eq!(r.code(), "validation_error");
+    // A missing required field is named, at the top level and inside a batch.
+    let mut no_provider = event(1);
+    no_provider.as_object_mut().unwrap().remove("provider");
+    assert_eq!(
+        sdk.post("/api/cost-events", no_provider.clone()).await.issue_paths(),
+        vec![json!(["provider"])]
+    );
+    let events = json!({ "events": [event(1), event(2), event(3), no_provider] });
+    assert_eq!(
+        sdk.post("/api/cost-events/batch", events).await.issue_paths(),
+        vec![json!(["events", "3", "provider"])]
+    );
 }
 
 #[tokio::test]
@@ -325,4 +337,48 @@ async fn elapsed_periods_reset_spend() {
     // New spend lands in the new period.
     assert_eq!(sdk.post("/api/cost-events", event(10)).await.status, 201);
     assert_eq!(owner.get("/api/budgets").await.body["data"][0]["spendMicrodollars"], 10);
+}
+
+/// Every number of an event is bounded at the edge (documented in the README): the
+/// reported 9,223,372,036,854,775,000 µ$ is refused, single and in a batch, and so are
+/// token counts, durations and breakdown parts past their maxima.
+#[tokio::test]
+async fn ingest_bounds_every_number() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    let sdk = key_client(&app.server.control, &raw);
+    let r = sdk.post("/api/cost-events", event(9_223_372_036_854_775_000)).await;
+    assert_eq!(r.issue_paths(), vec![json!(["costMicrodollars"])]);
+    let mut refund = event(-1_000_000_000_001);
+    refund["provider"] = json!("gate");
+    assert_eq!(sdk.post("/api/cost-events", refund).await.issue_paths(), vec![json!(["costMicrodollars"])]);
+    let r =
+        sdk.post("/api/cost-events/batch", json!({ "events": [event(1), event(1_000_000_000_001)] })).await;
+    assert_eq!(r.issue_paths(), vec![json!(["events", "1", "costMicrodollars"])]);
+    let mut big = event(1);
+    big["inputTokens"] = json!(1_000_000_001);
+    big["outputTokens"] = json!(i64::MAX);
+    big["cachedInputTokens"] = json!(1_000_000_001);
+    big["reasoningTokens"] = json!(1_000_000_001);
+    big["durationMs"] = json!(86_400_001);
+    big["costBreakdown"] = json!({ "input": 1_000_000_000_001i64, "output": 0, "cached": -1 });
+    let paths = sdk.post("/api/cost-events", big).await.issue_paths();
+    assert_eq!(
+        paths,
+        vec![
+            json!(["inputTokens"]),
+            json!(["outputTokens"]),
+            json!(["cachedInputTokens"]),
+            json!(["reasoningTokens"]),
+            json!(["durationMs"]),
+            json!(["costBreakdown", "input"]),
+            json!(["costBreakdown", "cached"]),
+        ]
+    );
+    // The maxima themselves are accepted.
+    let mut max = event(1_000_000_000_000);
+    max["inputTokens"] = json!(1_000_000_000);
+    max["durationMs"] = json!(86_400_000);
+    assert_eq!(sdk.post("/api/cost-events", max).await.status, 201);
 }
