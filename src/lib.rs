@@ -10,6 +10,7 @@ pub mod auth;
 pub mod budgets;
 pub mod changes;
 pub mod cli;
+pub mod client_ip;
 pub mod config;
 pub mod db;
 pub mod error;
