@@ -382,3 +382,69 @@ async fn ingest_bounds_every_number() {
     max["durationMs"] = json!(86_400_000);
     assert_eq!(sdk.post("/api/cost-events", max).await.status, 201);
 }
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(s.as_bytes()))
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis())
+        .unwrap()
+}
+
+/// Writes the pending claim a request with `Idempotency-Key: idem_key` and body `body`
+/// holds, owned by the instance `owner_sql` selects (a SQL expression).
+async fn insert_claim(app: &TestApp, raw_key: &str, idem_key: &str, body: &str, owner_sql: &str) {
+    let id = sha256_hex(&format!("{}\n/api/cost-events\n{idem_key}", sha256_hex(raw_key)));
+    let now = now_ms();
+    app.exec_sql(&format!(
+        "INSERT INTO idempotency_keys (id, request_hash, state, created_at, expires_at, owner_instance) \
+         VALUES ('{id}', '{}', 'pending', {now}, {}, {owner_sql})",
+        sha256_hex(body),
+        now + 86_400_000
+    ))
+    .await;
+}
+
+async fn post_with_key(sdk: &crate::support::Client, idem_key: &str, body: &str) -> crate::support::Resp {
+    let req = sdk
+        .request(reqwest::Method::POST, "/api/cost-events")
+        .header("content-type", "application/json")
+        .header("idempotency-key", idem_key)
+        .body(body.to_owned());
+    read(req.send().await.unwrap()).await
+}
+
+/// A server killed (SIGKILL) while it held an idempotency claim: a new server on the
+/// same database runs the retry at once (the claim's owner has no fresh heartbeat),
+/// where it used to answer 503 `request_in_progress` for a minute. A claim of the
+/// live server itself is still respected.
+#[tokio::test]
+async fn a_dead_servers_idempotency_claim_is_taken_over_at_once() {
+    let mut app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    app.server.kill();
+    let body = event(42).to_string();
+    // The dead server's claim, made just now; its last heartbeat is 30 s old by the
+    // time the retry comes (a crash noticed after several missed beats).
+    insert_claim(&app, &raw, "crashed-1", &body, "(SELECT id FROM instances)").await;
+    app.exec_sql(&format!("UPDATE instances SET last_seen = {}", now_ms() - 30_000)).await;
+    // A claim of a process never seen at all.
+    insert_claim(&app, &raw, "crashed-2", &body, "'gone-instance'").await;
+    app.restart();
+    let sdk = key_client(&app.server.control, &raw);
+    for idem_key in ["crashed-1", "crashed-2"] {
+        let r = post_with_key(&sdk, idem_key, &body).await;
+        assert_eq!(r.status, 201, "{idem_key}: {r:?}");
+        let replay = post_with_key(&sdk, idem_key, &body).await;
+        assert_eq!(replay.status, 201, "{replay:?}");
+        assert_eq!(replay.header("x-idempotent-replayed"), Some("true"));
+        assert_eq!(replay.body["data"]["id"], r.body["data"]["id"]);
+    }
+    // This server's own pending claim is never taken over.
+    insert_claim(&app, &raw, "mine", &body, "(SELECT id FROM instances ORDER BY started_at DESC LIMIT 1)")
+        .await;
+    let r = post_with_key(&sdk, "mine", &body).await;
+    assert_eq!((r.status, r.code()), (503, "request_in_progress"), "{r:?}");
+}

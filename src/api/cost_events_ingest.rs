@@ -293,13 +293,21 @@ pub async fn create_cost_event(
         .or_else(|| body.value.idempotency_key.clone())
         .unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::now_v7()));
     let input = body.value;
-    idempotency::run(&state.pool, header_key, &key.key_hash, "/api/cost-events", &body.raw, || async {
-        let event = to_new_event(&key, input, request_id, time::now_ms());
-        let outcomes = state.writer.commit(vec![event]).await?;
-        let outcome = outcomes.first().ok_or_else(|| ApiError::internal("writer returned no outcome"))?;
-        let (inserted, data) = outcome_json(outcome);
-        Ok((if inserted { StatusCode::CREATED } else { StatusCode::OK }, json!({ "data": data })))
-    })
+    idempotency::run(
+        &state.pool,
+        &state.instance_id,
+        header_key,
+        &key.key_hash,
+        "/api/cost-events",
+        &body.raw,
+        || async {
+            let event = to_new_event(&key, input, request_id, time::now_ms());
+            let outcomes = state.writer.commit(vec![event]).await?;
+            let outcome = outcomes.first().ok_or_else(|| ApiError::internal("writer returned no outcome"))?;
+            let (inserted, data) = outcome_json(outcome);
+            Ok((if inserted { StatusCode::CREATED } else { StatusCode::OK }, json!({ "data": data })))
+        },
+    )
     .await
 }
 
@@ -327,26 +335,34 @@ pub async fn create_cost_event_batch(
     issues.finish()?;
     let key = key.0;
     let inputs = body.value.events;
-    idempotency::run(&state.pool, header_key, &key.key_hash, "/api/cost-events/batch", &body.raw, || async {
-        let now = time::now_ms();
-        let events: Vec<NewCostEvent> = inputs
-            .into_iter()
-            .map(|e| {
-                let request_id =
-                    e.idempotency_key.clone().unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::now_v7()));
-                to_new_event(&key, e, request_id, now)
-            })
-            .collect();
-        let outcomes = state.writer.commit(events).await?;
-        let mut inserted = 0;
-        let mut ids_out = Vec::with_capacity(outcomes.len());
-        for o in &outcomes {
-            let (new, data) = outcome_json(o);
-            inserted += usize::from(new);
-            ids_out.push(data["id"].clone());
-        }
-        Ok((StatusCode::CREATED, json!({ "inserted": inserted, "ids": ids_out })))
-    })
+    idempotency::run(
+        &state.pool,
+        &state.instance_id,
+        header_key,
+        &key.key_hash,
+        "/api/cost-events/batch",
+        &body.raw,
+        || async {
+            let now = time::now_ms();
+            let events: Vec<NewCostEvent> = inputs
+                .into_iter()
+                .map(|e| {
+                    let request_id =
+                        e.idempotency_key.clone().unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::now_v7()));
+                    to_new_event(&key, e, request_id, now)
+                })
+                .collect();
+            let outcomes = state.writer.commit(events).await?;
+            let mut inserted = 0;
+            let mut ids_out = Vec::with_capacity(outcomes.len());
+            for o in &outcomes {
+                let (new, data) = outcome_json(o);
+                inserted += usize::from(new);
+                ids_out.push(data["id"].clone());
+            }
+            Ok((StatusCode::CREATED, json!({ "inserted": inserted, "ids": ids_out })))
+        },
+    )
     .await
 }
 
