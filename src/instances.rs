@@ -79,7 +79,7 @@ pub async fn start(pool: Pool, id: String, started_at: i64) -> DbResult<()> {
             }
             beats = beats.wrapping_add(1);
             // About every ten minutes.
-            if beats % 300 == 0 {
+            if beats.is_multiple_of(300) {
                 if let Err(e) = forget_silent(&pool).await {
                     tracing::warn!(error = %e, "could not prune instances");
                 }

@@ -388,8 +388,7 @@ fn sha256_hex(s: &str) -> String {
 }
 
 fn now_ms() -> i64 {
-    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis())
-        .unwrap()
+    chrono::Utc::now().timestamp_millis()
 }
 
 /// Writes the pending claim a request with `Idempotency-Key: idem_key` and body `body`
