@@ -593,7 +593,10 @@ async fn free_tier_caps_budget_size_and_count() {
     let r = upsert(&c, customer("big", 1_000_000_001)).await;
     assert_eq!(r.status, 400, "{r:?}");
     assert_eq!(r.code(), "spend_cap_exceeded");
+    // Past the bound of every budget amount (10^15 µ$) it is a field error first.
     let r = upsert(&c, customer("huge", i64::MAX)).await;
+    assert_eq!(r.issue_paths(), vec![json!(["maxBudgetMicrodollars"])]);
+    let r = upsert(&c, customer("huge", 1_000_000_000_000_000)).await;
     assert_eq!(r.code(), "spend_cap_exceeded", "{r:?}");
 
     let first = upsert_ok(&c, customer("c0", 1_000_000_000)).await;
