@@ -57,6 +57,24 @@ pub enum Command {
         #[command(subcommand)]
         action: UserCommand,
     },
+    /// Manage organizations (works while the server runs on the same database).
+    Org {
+        #[command(subcommand)]
+        action: OrgCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OrgCommand {
+    /// Set an organization's tier. Running servers apply it within about a second.
+    SetPlan {
+        /// Organization name, or its id (svc_org_…) when several share the name.
+        #[arg(long)]
+        org: String,
+        /// free, pro, scale or enterprise.
+        #[arg(long)]
+        plan: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,6 +128,28 @@ pub async fn migrate(config: &Config) -> Result<(), String> {
     let applied = db::migrate(&config.database_url).await?;
     println!("applied {} migration(s)", applied.len());
     Ok(())
+}
+
+pub async fn org(config: &Config, action: OrgCommand) -> Result<(), String> {
+    match action {
+        OrgCommand::SetPlan { org, plan } => {
+            let plan: crate::plans::Plan = plan
+                .parse()
+                .map_err(|()| format!("invalid --plan {plan:?}: free, pro, scale or enterprise"))?;
+            db::migrate(&config.database_url).await?;
+            let pool = db::Pool::connect(&config.database_url, 1)?;
+            match db::orgs::set_plan(&pool, &org, plan.as_str()).await.map_err(|e| e.to_string())? {
+                db::orgs::PlanChange::Changed { id, name } => {
+                    println!("organization svc_org_{id} ({name}) is now on the {} plan", plan.as_str());
+                    Ok(())
+                }
+                db::orgs::PlanChange::NotFound => Err(format!("no organization named {org:?}")),
+                db::orgs::PlanChange::Ambiguous(n) => {
+                    Err(format!("{n} organizations are named {org:?}; give its id (svc_org_…) instead"))
+                }
+            }
+        }
+    }
 }
 
 pub async fn user(config: &Config, action: UserCommand) -> Result<(), String> {

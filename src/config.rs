@@ -29,6 +29,12 @@ pub struct Config {
     pub rate_limit_ip_per_minute: u32,
     /// Requests per minute per API key (0 = off).
     pub rate_limit_key_per_minute: u32,
+    /// Sign-in attempts (login, signup) per minute per client IP (0 = off).
+    pub rate_limit_auth_ip_per_minute: u32,
+    /// Sign-in attempts (login, signup) per minute per email (0 = off).
+    pub rate_limit_auth_email_per_minute: u32,
+    /// Proxies whose `X-Forwarded-For` decides the client address (per-IP limits).
+    pub trusted_proxies: crate::client_ip::TrustedProxies,
     pub db_max_connections: usize,
     /// HTTP worker threads per listener.
     pub workers: usize,
@@ -93,10 +99,22 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("internal_secret", "shared secret of the /internal routes"),
     ("cron_secret", "bearer secret of scheduler calls"),
     ("dev", "1 = local development mode"),
-    ("default_plan", "tier of new organizations: free, pro, scale, enterprise (default free)"),
+    (
+        "default_plan",
+        "tier of new organizations: free, pro, scale, enterprise (default enterprise: no limits, for self-hosting)",
+    ),
     ("open_signup", "1 = POST /api/auth/signup stays open after the first user"),
     ("rate_limit_ip_per_minute", "proxy requests per minute per client IP, 0 = off (default 6000)"),
     ("rate_limit_key_per_minute", "requests per minute per API key, 0 = off (default 3000)"),
+    (
+        "rate_limit_auth_ip_per_minute",
+        "sign-in attempts (login, signup) per minute per client IP, 0 = off (default 30)",
+    ),
+    ("rate_limit_auth_email_per_minute", "sign-in attempts per minute per email, 0 = off (default 10)"),
+    (
+        "trusted_proxies",
+        "comma-separated CIDRs of load balancers whose X-Forwarded-For names the client (default none)",
+    ),
     ("db_max_connections", "database pool size (default 16)"),
     ("workers", "HTTP worker threads per listener (default: number of cores)"),
     ("arbiters", "threads the budget actors are spread over (default: number of cores)"),
@@ -193,8 +211,10 @@ impl Config {
             internal_secret: r.optional("internal_secret"),
             cron_secret: r.optional("cron_secret"),
             dev,
+            // A self-hosted install limits nobody; an operator who runs spendgate for
+            // others sets `default_plan` (and `spendgate org set-plan` per organization).
             default_plan: match r.optional("default_plan") {
-                None => Plan::Free,
+                None => Plan::Enterprise,
                 Some(v) => {
                     v.parse().map_err(|_| r.bad("default_plan", "one of free, pro, scale, enterprise"))?
                 }
@@ -202,6 +222,10 @@ impl Config {
             open_signup: r.flag("open_signup")?,
             rate_limit_ip_per_minute: r.number("rate_limit_ip_per_minute", 6000)?,
             rate_limit_key_per_minute: r.number("rate_limit_key_per_minute", 3000)?,
+            rate_limit_auth_ip_per_minute: r.number("rate_limit_auth_ip_per_minute", 30)?,
+            rate_limit_auth_email_per_minute: r.number("rate_limit_auth_email_per_minute", 10)?,
+            trusted_proxies: crate::client_ip::TrustedProxies::parse(&r.string("trusted_proxies", ""))
+                .map_err(|e| r.bad("trusted_proxies", &format!("comma-separated CIDRs ({e})")))?,
             db_max_connections: r.positive("db_max_connections", 16)?,
             workers: r.positive("workers", cores)?,
             arbiters: r.positive("arbiters", cores)?,
@@ -373,6 +397,7 @@ mod tests {
         assert_eq!(c.proxy_addr.to_string(), "127.0.0.1:8787");
         assert_eq!(c.upstream_openai, "https://api.openai.com");
         assert!(!c.dev);
+        assert_eq!(c.default_plan, Plan::Enterprise, "a self-hosted install has no tier limits");
     }
 
     #[test]

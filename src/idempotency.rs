@@ -3,11 +3,18 @@
 //! Scope is (API key hash, route, key). The first request claims the key with a
 //! `pending` row (a unique insert, so concurrent duplicates cannot both run); when
 //! it finishes, a response below 500 is stored for 24 hours and replayed with
-//! `X-Idempotent-Replayed: true`; a 5xx releases the claim so a retry runs again.
+//! `X-Idempotent-Replayed: true`; a 5xx, or a request dropped midway (the client went
+//! away), releases the claim so a retry runs again.
 //! A concurrent duplicate polls for up to one second, then gets 503
 //! `request_in_progress` with `Retry-After: 1`. The same key with a different body
 //! is 409 `idempotency_conflict`. Rows live in the database, so all of this holds
 //! across restarts and across instances.
+//!
+//! A claim records the process that owns it. After a crash its claims would block
+//! retries: a claim whose owner has no fresh heartbeat (see [`crate::instances`]) is
+//! taken over at once. This process's own claims are never taken over (its requests
+//! release them); another live process's after [`ABANDONED_AFTER_MS`], as a safety
+//! net, like claims written before owners were recorded.
 
 use std::future::Future;
 use std::time::Duration;
@@ -26,9 +33,9 @@ use crate::util::time;
 use crate::with_conn;
 
 pub const TTL_MS: i64 = 24 * 3600 * 1000;
-/// A `pending` claim older than this belongs to a request that died with its
-/// process; a retry may take it over.
-const ABANDONED_AFTER_MS: i64 = 60_000;
+/// A `pending` claim of another live process (or of no recorded process) older than
+/// this is taken over.
+pub const ABANDONED_AFTER_MS: i64 = 60_000;
 const POLL_FOR: Duration = Duration::from_secs(1);
 const POLL_EVERY: Duration = Duration::from_millis(25);
 pub const REPLAYED: HeaderName = HeaderName::from_static("x-idempotent-replayed");
@@ -57,10 +64,39 @@ enum Claim {
     InProgress,
 }
 
-/// Runs `handler` at most once per (key hash, route, idempotency key).
-/// Without a key the handler simply runs.
+/// Releases a claim whose request was dropped before it finished (the client went
+/// away): nothing was acknowledged, so a retry must run.
+struct ClaimGuard {
+    pool: Pool,
+    id: Option<String>,
+}
+
+impl ClaimGuard {
+    /// The request finished; its outcome decides what happens to the claim.
+    fn disarm(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let pool = self.pool.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = release(&pool, &id).await {
+                    tracing::warn!(error = %e, "could not release a dropped idempotency claim");
+                }
+            });
+        }
+    }
+}
+
+/// Runs `handler` at most once per (key hash, route, idempotency key); `instance`
+/// is this process's id (the claim's owner). Without a key the handler simply runs.
 pub async fn run<F, Fut>(
     pool: &Pool,
+    instance: &str,
     key: Option<String>,
     key_hash: &str,
     route: &str,
@@ -77,7 +113,7 @@ where
     };
     let id = crate::auth::sha256_hex(&format!("{key_hash}\n{route}\n{key}"));
     let request_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body));
-    match claim(pool, &id, &request_hash).await.map_err(idempotency_unavailable)? {
+    match claim(pool, instance, &id, &request_hash).await.map_err(idempotency_unavailable)? {
         Claim::Replay { status, body } => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
             return Ok(HttpResponse::build(status)
@@ -100,7 +136,10 @@ where
         }
         Claim::Run => {}
     }
-    match handler().await {
+    let mut guard = ClaimGuard { pool: pool.clone(), id: Some(id.clone()) };
+    let outcome = handler().await;
+    guard.disarm();
+    match outcome {
         Ok((status, value)) => {
             let text = value.to_string();
             if status.is_server_error() {
@@ -132,7 +171,17 @@ fn idempotency_unavailable(err: DbError) -> ApiError {
     ApiError::new(ErrorCode::IdempotencyUnavailable, "Idempotency persistence is unavailable; retry later")
 }
 
-async fn claim(pool: &Pool, id: &str, request_hash: &str) -> DbResult<Claim> {
+/// Whether a pending claim can no longer finish, so a retry takes it over.
+async fn abandoned(pool: &Pool, claim: &IdempotencyRecord, instance: &str, now: i64) -> DbResult<bool> {
+    let old = now - claim.created_at > ABANDONED_AFTER_MS;
+    match claim.owner_instance.as_deref() {
+        Some(owner) if owner == instance => Ok(false),
+        Some(owner) => Ok(old || !crate::instances::is_alive(pool, owner, now).await?),
+        None => Ok(old),
+    }
+}
+
+async fn claim(pool: &Pool, instance: &str, id: &str, request_hash: &str) -> DbResult<Claim> {
     let deadline = tokio::time::Instant::now() + POLL_FOR;
     loop {
         let now = time::now_ms();
@@ -144,6 +193,7 @@ async fn claim(pool: &Pool, id: &str, request_hash: &str) -> DbResult<Claim> {
             response_body: None,
             created_at: now,
             expires_at: now + TTL_MS,
+            owner_instance: Some(instance.to_owned()),
         };
         let inserted = with_conn!(pool, write, |conn| {
             diesel::insert_into(idempotency_keys::table)
@@ -162,7 +212,7 @@ async fn claim(pool: &Pool, id: &str, request_hash: &str) -> DbResult<Claim> {
         })?;
         let Some(existing) = existing else { continue };
         let stale = existing.expires_at <= now
-            || (existing.state == "pending" && now - existing.created_at > ABANDONED_AFTER_MS);
+            || (existing.state == "pending" && abandoned(pool, &existing, instance, now).await?);
         if stale {
             with_conn!(pool, write, |conn| {
                 diesel::delete(

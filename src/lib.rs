@@ -10,10 +10,12 @@ pub mod auth;
 pub mod budgets;
 pub mod changes;
 pub mod cli;
+pub mod client_ip;
 pub mod config;
 pub mod db;
 pub mod error;
 pub mod idempotency;
+pub mod instances;
 pub mod metrics;
 pub mod periods;
 pub mod plans;
@@ -52,6 +54,9 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     state.pool.start_maintenance();
     periods::start(state.pool.clone(), state.budgets.clone());
     changes::start(state.clone());
+    instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
+        .await
+        .map_err(io::Error::other)?;
     if state.config.shared_budgets {
         db::shared_budgets::start_reaper(state.pool.clone());
     }

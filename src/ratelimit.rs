@@ -1,6 +1,8 @@
 //! Request rate limits: requests per minute per client IP (the proxy checks it
 //! first) and per API key (the proxy and every key-authenticated control-plane
-//! endpoint).
+//! endpoint), and sign-in attempts (login and signup) per client IP and per email, so
+//! the deliberately slow password hash can be used neither to burn the CPU nor to
+//! guess passwords. The client IP is the one [`crate::client_ip`] resolves.
 //!
 //! Both are keyed GCRA limiters from `governor`: a quota of `n` per minute allows a
 //! burst of `n` and replenishes one request every `60 / n` seconds. The
@@ -144,16 +146,48 @@ fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+/// 429 `rate_limit_exceeded` with the spec's `Retry-After: 60`.
+pub fn rate_limit_exceeded() -> crate::error::ApiError {
+    crate::error::ApiError::new(crate::error::ErrorCode::RateLimitExceeded, "Rate limit exceeded")
+        .with_header(actix_web::http::header::RETRY_AFTER, RETRY_AFTER_SECS.to_string())
+}
+
 /// The process's rate limiters.
 pub struct RateLimiters {
     ip: Option<PerMinute<IpAddr>>,
     key: Option<PerMinute<String>>,
+    auth_ip: Option<PerMinute<IpAddr>>,
+    auth_email: Option<PerMinute<String>>,
 }
 
 impl RateLimiters {
-    /// Limits in requests per minute; 0 turns that limit off.
+    /// Limits in requests per minute; 0 turns that limit off. Sign-in attempts are
+    /// not limited until [`Self::with_auth`].
     pub fn new(ip_per_minute: u32, key_per_minute: u32) -> Self {
-        Self { ip: PerMinute::new(ip_per_minute), key: PerMinute::new(key_per_minute) }
+        Self {
+            ip: PerMinute::new(ip_per_minute),
+            key: PerMinute::new(key_per_minute),
+            auth_ip: None,
+            auth_email: None,
+        }
+    }
+
+    /// Limits sign-in attempts (login and signup) per client IP and per email, per
+    /// minute; 0 turns one off.
+    pub fn with_auth(mut self, ip_per_minute: u32, email_per_minute: u32) -> Self {
+        self.auth_ip = PerMinute::new(ip_per_minute);
+        self.auth_email = PerMinute::new(email_per_minute);
+        self
+    }
+
+    /// Counts one sign-in attempt from `ip` for `email` (normalized); the address is
+    /// checked first, and an attempt refused by it does not count against the email.
+    pub fn check_auth(&self, ip: IpAddr, email: &str) -> RateDecision {
+        let by_ip = self.auth_ip.as_ref().map_or_else(RateDecision::unlimited, |l| l.check(&ip));
+        if !by_ip.allowed {
+            return by_ip;
+        }
+        self.auth_email.as_ref().map_or_else(RateDecision::unlimited, |l| l.check(&email.to_owned()))
     }
 
     /// Counts one request from `ip`.
@@ -197,6 +231,22 @@ mod tests {
             assert!(d.snapshot().is_none());
             assert!(limits.check_ip(IpAddr::from([127, 0, 0, 1])).allowed);
         }
+    }
+
+    #[test]
+    fn sign_in_is_limited_per_address_and_per_email() {
+        let limits = RateLimiters::new(0, 0).with_auth(3, 2);
+        let a = IpAddr::from([10, 0, 0, 1]);
+        let b = IpAddr::from([10, 0, 0, 2]);
+        assert!(limits.check_auth(a, "x@e.co").allowed);
+        assert!(limits.check_auth(b, "x@e.co").allowed);
+        // The email is spent, whatever the address.
+        assert!(!limits.check_auth(IpAddr::from([10, 0, 0, 3]), "x@e.co").allowed);
+        assert!(limits.check_auth(a, "y@e.co").allowed);
+        assert!(limits.check_auth(a, "z@e.co").allowed);
+        // Address a made three attempts.
+        assert!(!limits.check_auth(a, "w@e.co").allowed);
+        assert!(RateLimiters::new(0, 0).check_auth(a, "x@e.co").allowed);
     }
 
     #[test]

@@ -62,7 +62,8 @@ impl AppState {
         );
         let keys = KeyValidator::new(pool.clone());
         let rate_limits =
-            RateLimiters::new(config.rate_limit_ip_per_minute, config.rate_limit_key_per_minute);
+            RateLimiters::new(config.rate_limit_ip_per_minute, config.rate_limit_key_per_minute)
+                .with_auth(config.rate_limit_auth_ip_per_minute, config.rate_limit_auth_email_per_minute);
         Ok(AppState(Arc::new(Inner {
             config,
             pool,

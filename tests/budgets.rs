@@ -402,10 +402,10 @@ async fn upsert_validates_every_field() {
 
     // Missing or ill-typed fields.
     let shape_cases = [
-        (json!({ "entityId": "acme", "maxBudgetMicrodollars": 1 }), json!([])),
+        (json!({ "entityId": "acme", "maxBudgetMicrodollars": 1 }), json!(["entityType"])),
         (json!({ "entityType": 5, "entityId": "acme", "maxBudgetMicrodollars": 1 }), json!(["entityType"])),
-        (json!({ "entityType": "customer", "maxBudgetMicrodollars": 1 }), json!([])),
-        (json!({ "entityType": "customer", "entityId": "acme" }), json!([])),
+        (json!({ "entityType": "customer", "maxBudgetMicrodollars": 1 }), json!(["entityId"])),
+        (json!({ "entityType": "customer", "entityId": "acme" }), json!(["maxBudgetMicrodollars"])),
         (
             json!({ "entityType": "customer", "entityId": "acme", "maxBudgetMicrodollars": 1.5 }),
             json!(["maxBudgetMicrodollars"]),
@@ -460,6 +460,11 @@ async fn upsert_validates_every_field() {
         (json!({ "loopWindowSeconds": 9 }), "loopWindowSeconds"),
         (json!({ "loopWindowSeconds": 3601 }), "loopWindowSeconds"),
         (json!({ "loopAggregateMaxKeys": 0 }), "loopAggregateMaxKeys"),
+        // Money is bounded at 10^15 µ$ so no sum of it can leave i64.
+        (json!({ "maxBudgetMicrodollars": 1_000_000_000_000_001i64 }), "maxBudgetMicrodollars"),
+        (json!({ "velocityLimitMicrodollars": i64::MAX }), "velocityLimitMicrodollars"),
+        (json!({ "sessionLimitMicrodollars": 1_000_000_000_000_001i64 }), "sessionLimitMicrodollars"),
+        (json!({ "finalizationReserveMicrodollars": i64::MAX }), "finalizationReserveMicrodollars"),
     ];
     for (extra, field) in rule_cases {
         let r = upsert(&c, base(extra.clone())).await;
@@ -588,7 +593,10 @@ async fn free_tier_caps_budget_size_and_count() {
     let r = upsert(&c, customer("big", 1_000_000_001)).await;
     assert_eq!(r.status, 400, "{r:?}");
     assert_eq!(r.code(), "spend_cap_exceeded");
+    // Past the bound of every budget amount (10^15 µ$) it is a field error first.
     let r = upsert(&c, customer("huge", i64::MAX)).await;
+    assert_eq!(r.issue_paths(), vec![json!(["maxBudgetMicrodollars"])]);
+    let r = upsert(&c, customer("huge", 1_000_000_000_000_000)).await;
     assert_eq!(r.code(), "spend_cap_exceeded", "{r:?}");
 
     let first = upsert_ok(&c, customer("c0", 1_000_000_000)).await;

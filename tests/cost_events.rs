@@ -227,6 +227,8 @@ async fn list_pages_through_cursors() {
         if r.body["cursor"].is_null() {
             break;
         }
+        // The cursor names the last item by its public id, as the item shows it.
+        assert_eq!(r.body["cursor"]["id"], r.body["data"][1]["id"], "{r:?}");
         let cursor = serde_json::to_string(&r.body["cursor"]).unwrap();
         path = format!("/api/cost-events?limit=2&cursor={}", pct(&cursor));
     }
@@ -239,6 +241,14 @@ async fn list_pages_through_cursors() {
     assert_eq!(ids_of(&r), vec![s.events[3].clone()]);
     let cursor = serde_json::to_string(&r.body["cursor"]).unwrap();
     let r = s.owner.get(&format!("/api/cost-events?provider=openai&limit=1&cursor={}", pct(&cursor))).await;
+    assert_eq!(ids_of(&r), vec![s.events[1].clone()]);
+
+    // A cursor handed out before ids were prefixed (the bare UUID) still works.
+    let r = s.owner.get("/api/cost-events?provider=openai&limit=1").await;
+    let mut old = r.body["cursor"].clone();
+    old["id"] = json!(old["id"].as_str().unwrap().trim_start_matches("svc_evt_"));
+    let old = serde_json::to_string(&old).unwrap();
+    let r = s.owner.get(&format!("/api/cost-events?provider=openai&limit=1&cursor={}", pct(&old))).await;
     assert_eq!(ids_of(&r), vec![s.events[1].clone()]);
 }
 
@@ -814,4 +824,53 @@ async fn openapi_lists_the_read_endpoints() {
     ] {
         assert!(r.body["paths"][path]["get"].is_object(), "{path} missing");
     }
+}
+
+/// Sums past `i64` (rows written before the input bounds, or millions of maximal
+/// events) saturate instead of failing: every read that sums answers 200 on both
+/// backends, with integers.
+#[tokio::test]
+async fn sums_past_i64_saturate_instead_of_failing() {
+    let app = TestApp::start().await;
+    let s = seed(&app).await;
+    app.exec_sql(
+        "UPDATE cost_events SET cost_microdollars = 9223372036854775000, input_tokens = 9223372036854775000, \
+         output_tokens = 9223372036854775000, duration_ms = 9223372036854775000, \
+         provider = 'openai', model = 'gpt-4o'",
+    )
+    .await;
+    const MAX: i64 = i64::MAX;
+    let r = s.owner.get("/api/cost-events/summary").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["data"]["totals"]["totalCostMicrodollars"], MAX, "{r:?}");
+    for path in [
+        "/api/cost-events/attribution?groupBy=api_key",
+        "/api/cost-events/attribution?groupBy=team",
+        "/api/cost-events/sessions",
+        "/api/cost-events/sessions/sess-1",
+    ] {
+        let r = s.owner.get(path).await;
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        assert!(!r.text.contains("e+") && !r.text.contains(".0,"), "{path}: a float crept in: {r:?}");
+    }
+    let r = s.owner.get("/api/cost-events/attribution?groupBy=api_key").await;
+    assert_eq!(r.body["data"]["totals"]["totalCostMicrodollars"], MAX, "{r:?}");
+    let r = s.owner.get("/api/cost-events/sessions/sess-1").await;
+    assert_eq!(r.body["summary"]["totalCostMicrodollars"], MAX, "{r:?}");
+    assert_eq!(r.body["summary"]["totalInputTokens"], MAX, "{r:?}");
+    assert_eq!(r.body["summary"]["totalDurationMs"], MAX, "{r:?}");
+    let r = s.owner.get(&format!("/api/cost-events/attribution/{}?groupBy=api_key", s.key_a)).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["data"]["totalCostMicrodollars"], MAX, "{r:?}");
+    let budget = s
+        .owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": s.key_a, "maxBudgetMicrodollars": 1_000 }),
+        )
+        .await;
+    assert_eq!(budget.status, 201, "{budget:?}");
+    let r = s.owner.get(&format!("/api/budgets/{}/sources", budget.body["id"].as_str().unwrap())).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.text.contains("9223372036854775807"), "{r:?}");
 }

@@ -138,6 +138,18 @@ async fn ingest_validates_auth_type_size_and_fields() {
     }
     let r = sdk.post("/api/cost-events", json!({ "provider": "openai" })).await;
     assert_eq!(r.code(), "validation_error");
+    // A missing required field is named, at the top level and inside a batch.
+    let mut no_provider = event(1);
+    no_provider.as_object_mut().unwrap().remove("provider");
+    assert_eq!(
+        sdk.post("/api/cost-events", no_provider.clone()).await.issue_paths(),
+        vec![json!(["provider"])]
+    );
+    let events = json!({ "events": [event(1), event(2), event(3), no_provider] });
+    assert_eq!(
+        sdk.post("/api/cost-events/batch", events).await.issue_paths(),
+        vec![json!(["events", "3", "provider"])]
+    );
 }
 
 #[tokio::test]
@@ -325,4 +337,113 @@ async fn elapsed_periods_reset_spend() {
     // New spend lands in the new period.
     assert_eq!(sdk.post("/api/cost-events", event(10)).await.status, 201);
     assert_eq!(owner.get("/api/budgets").await.body["data"][0]["spendMicrodollars"], 10);
+}
+
+/// Every number of an event is bounded at the edge (documented in the README): the
+/// reported 9,223,372,036,854,775,000 µ$ is refused, single and in a batch, and so are
+/// token counts, durations and breakdown parts past their maxima.
+#[tokio::test]
+async fn ingest_bounds_every_number() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    let sdk = key_client(&app.server.control, &raw);
+    let r = sdk.post("/api/cost-events", event(9_223_372_036_854_775_000)).await;
+    assert_eq!(r.issue_paths(), vec![json!(["costMicrodollars"])]);
+    let mut refund = event(-1_000_000_000_001);
+    refund["provider"] = json!("gate");
+    assert_eq!(sdk.post("/api/cost-events", refund).await.issue_paths(), vec![json!(["costMicrodollars"])]);
+    let r =
+        sdk.post("/api/cost-events/batch", json!({ "events": [event(1), event(1_000_000_000_001)] })).await;
+    assert_eq!(r.issue_paths(), vec![json!(["events", "1", "costMicrodollars"])]);
+    let mut big = event(1);
+    big["inputTokens"] = json!(1_000_000_001);
+    big["outputTokens"] = json!(i64::MAX);
+    big["cachedInputTokens"] = json!(1_000_000_001);
+    big["reasoningTokens"] = json!(1_000_000_001);
+    big["durationMs"] = json!(86_400_001);
+    big["costBreakdown"] = json!({ "input": 1_000_000_000_001i64, "output": 0, "cached": -1 });
+    let paths = sdk.post("/api/cost-events", big).await.issue_paths();
+    assert_eq!(
+        paths,
+        vec![
+            json!(["inputTokens"]),
+            json!(["outputTokens"]),
+            json!(["cachedInputTokens"]),
+            json!(["reasoningTokens"]),
+            json!(["durationMs"]),
+            json!(["costBreakdown", "input"]),
+            json!(["costBreakdown", "cached"]),
+        ]
+    );
+    // The maxima themselves are accepted.
+    let mut max = event(1_000_000_000_000);
+    max["inputTokens"] = json!(1_000_000_000);
+    max["durationMs"] = json!(86_400_000);
+    assert_eq!(sdk.post("/api/cost-events", max).await.status, 201);
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(s.as_bytes()))
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Writes the pending claim a request with `Idempotency-Key: idem_key` and body `body`
+/// holds, owned by the instance `owner_sql` selects (a SQL expression).
+async fn insert_claim(app: &TestApp, raw_key: &str, idem_key: &str, body: &str, owner_sql: &str) {
+    let id = sha256_hex(&format!("{}\n/api/cost-events\n{idem_key}", sha256_hex(raw_key)));
+    let now = now_ms();
+    app.exec_sql(&format!(
+        "INSERT INTO idempotency_keys (id, request_hash, state, created_at, expires_at, owner_instance) \
+         VALUES ('{id}', '{}', 'pending', {now}, {}, {owner_sql})",
+        sha256_hex(body),
+        now + 86_400_000
+    ))
+    .await;
+}
+
+async fn post_with_key(sdk: &crate::support::Client, idem_key: &str, body: &str) -> crate::support::Resp {
+    let req = sdk
+        .request(reqwest::Method::POST, "/api/cost-events")
+        .header("content-type", "application/json")
+        .header("idempotency-key", idem_key)
+        .body(body.to_owned());
+    read(req.send().await.unwrap()).await
+}
+
+/// A server killed (SIGKILL) while it held an idempotency claim: a new server on the
+/// same database runs the retry at once (the claim's owner has no fresh heartbeat),
+/// where it used to answer 503 `request_in_progress` for a minute. A claim of the
+/// live server itself is still respected.
+#[tokio::test]
+async fn a_dead_servers_idempotency_claim_is_taken_over_at_once() {
+    let mut app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    app.server.kill();
+    let body = event(42).to_string();
+    // The dead server's claim, made just now; its last heartbeat is 30 s old by the
+    // time the retry comes (a crash noticed after several missed beats).
+    insert_claim(&app, &raw, "crashed-1", &body, "(SELECT id FROM instances)").await;
+    app.exec_sql(&format!("UPDATE instances SET last_seen = {}", now_ms() - 30_000)).await;
+    // A claim of a process never seen at all.
+    insert_claim(&app, &raw, "crashed-2", &body, "'gone-instance'").await;
+    app.restart();
+    let sdk = key_client(&app.server.control, &raw);
+    for idem_key in ["crashed-1", "crashed-2"] {
+        let r = post_with_key(&sdk, idem_key, &body).await;
+        assert_eq!(r.status, 201, "{idem_key}: {r:?}");
+        let replay = post_with_key(&sdk, idem_key, &body).await;
+        assert_eq!(replay.status, 201, "{replay:?}");
+        assert_eq!(replay.header("x-idempotent-replayed"), Some("true"));
+        assert_eq!(replay.body["data"]["id"], r.body["data"]["id"]);
+    }
+    // This server's own pending claim is never taken over.
+    insert_claim(&app, &raw, "mine", &body, "(SELECT id FROM instances ORDER BY started_at DESC LIMIT 1)")
+        .await;
+    let r = post_with_key(&sdk, "mine", &body).await;
+    assert_eq!((r.status, r.code()), (503, "request_in_progress"), "{r:?}");
 }

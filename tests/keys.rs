@@ -181,6 +181,8 @@ async fn list_pages_newest_first_with_a_cursor() {
             break;
         }
         assert!(r.body["cursor"]["createdAt"].is_string() && r.body["cursor"]["id"].is_string(), "{r:?}");
+        // The cursor names the last item by its public id, as the item shows it.
+        assert_eq!(r.body["cursor"]["id"], data.last().unwrap()["id"], "{r:?}");
         let cursor = serde_json::to_string(&r.body["cursor"]).unwrap();
         path = format!("/api/keys?limit=2&cursor={}", url_encode(&cursor));
     }

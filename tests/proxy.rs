@@ -795,3 +795,81 @@ async fn bodies_are_kept_on_paid_tiers_only() {
     let b = free.owner.get(&format!("/api/cost-events/{}/bodies", e["id"].as_str().unwrap())).await;
     assert_eq!((b.status, b.code()), (403, "forbidden"));
 }
+
+/// A self-hosted install puts new organizations on a tier without limits; the
+/// operator command moves an organization to another tier, and a running server
+/// applies it (its key cache carries the tier) without a restart.
+#[tokio::test]
+async fn operator_sets_the_plan_of_a_running_server() {
+    let s = setup_with(&[("SPENDGATE_GOVERNED_REQUESTS_FREE", "1".to_owned())]).await;
+    let org = s.owner.get("/api/auth/session").await.body["data"]["org"].clone();
+    assert_eq!(org["plan"], "free", "the suite pins Free explicitly");
+    assert_eq!(s.chat(openai(json!({}))).await.status, 200);
+    let r = s.chat(openai(json!({}))).await;
+    assert_eq!((r.status, r.code()), (429, "plan_limit_exceeded"), "{r:?}");
+
+    let name = org["name"].as_str().unwrap();
+    let (ok, out) = s.app.cli(&["org", "set-plan", "--org", name, "--plan", "pro"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("pro"), "{out}");
+    // The server drops the organization's cached keys at its next change-feed poll.
+    let mut status = 0;
+    for _ in 0..200 {
+        status = s.chat(openai(json!({}))).await.status;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status, 200, "the running server applies the new plan");
+    assert_eq!(s.owner.get("/api/auth/session").await.body["data"]["org"]["plan"], "pro");
+
+    let (ok, out) = s.app.cli(&["org", "set-plan", "--org", name, "--plan", "gold"]);
+    assert!(!ok && out.contains("--plan"), "{out}");
+    let (ok, out) = s.app.cli(&["org", "set-plan", "--org", "no such org", "--plan", "pro"]);
+    assert!(!ok && out.contains("no organization"), "{out}");
+}
+
+#[tokio::test]
+async fn a_self_hosted_install_defaults_to_a_tier_without_limits() {
+    let app = TestApp::start_with(&[("SPENDGATE_DEFAULT_PLAN", String::new())]).await;
+    let owner = app.owner().await;
+    assert_eq!(owner.get("/api/auth/session").await.body["data"]["org"]["plan"], "enterprise");
+}
+
+async fn keyless_from(s: &Setup, forwarded_for: &str) -> u16 {
+    let r = s
+        .app
+        .proxy()
+        .request(reqwest::Method::POST, "/v1/chat/completions")
+        .header("content-type", "application/json")
+        .header("x-forwarded-for", forwarded_for)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    r.status().as_u16()
+}
+
+/// The per-IP limit is on the connection's address unless the peer is a trusted
+/// proxy: a forged `X-Forwarded-For` does not escape it, and behind a trusted proxy
+/// the forwarded address is the one limited.
+#[tokio::test]
+async fn per_ip_limit_believes_forwarded_for_only_from_trusted_proxies() {
+    let s = setup_with(&[("SPENDGATE_RATE_LIMIT_IP_PER_MINUTE", "2".to_owned())]).await;
+    // Keyless requests pass the IP limit (then 401) until it is spent.
+    assert_eq!(keyless_from(&s, "198.51.100.1").await, 401);
+    assert_eq!(keyless_from(&s, "198.51.100.2").await, 401);
+    assert_eq!(keyless_from(&s, "198.51.100.3").await, 429);
+
+    let s = setup_with(&[
+        ("SPENDGATE_RATE_LIMIT_IP_PER_MINUTE", "2".to_owned()),
+        ("SPENDGATE_TRUSTED_PROXIES", "127.0.0.1".to_owned()),
+    ])
+    .await;
+    for _ in 0..2 {
+        assert_eq!(keyless_from(&s, "198.51.100.1").await, 401);
+    }
+    assert_eq!(keyless_from(&s, "198.51.100.1").await, 429, "the forwarded address is limited");
+    assert_eq!(keyless_from(&s, "198.51.100.2").await, 401, "another forwarded address is not");
+}

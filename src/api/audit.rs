@@ -76,13 +76,13 @@ pub async fn list_audit_log(
 ) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Admin)?;
     let q: AuditLogQuery = super::orgs::query(&req)?;
-    let (limit, after) = pagination::parse(q.limit.as_deref(), q.cursor.as_deref(), DEFAULT_LIMIT)?;
+    let (limit, after) = pagination::parse(q.limit.as_deref(), q.cursor.as_deref(), DEFAULT_LIMIT, "")?;
     let action = q.action.filter(|a| !a.is_empty());
     if action.as_ref().is_some_and(|a| a.chars().count() > MAX_ACTION_LEN) {
         return Err(ApiError::invalid_field(&["action"], "must be at most 100 characters"));
     }
     let rows = db::audit::list(&state.pool, &auth.org.id, action.as_deref(), limit, after.as_ref()).await?;
-    let (rows, cursor) = pagination::page(rows, limit, |ev| (ev.created_at, ev.id.clone()));
+    let (rows, cursor) = pagination::page(rows, limit, "", |ev| (ev.created_at, ev.id.clone()));
     let data: Vec<AuditEventView> = rows.into_iter().map(AuditEventView::from).collect();
     Ok(HttpResponse::Ok().json(json!({ "data": data, "cursor": cursor })))
 }

@@ -1,7 +1,7 @@
 //! Dashboard sign-in: signup, login, logout, the current session, switching
 //! organization.
 
-use actix_web::{get, post, web, HttpResponse};
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 
 use crate::api::openapi::Data;
@@ -103,23 +103,46 @@ async fn start_session(
     Ok(HttpResponse::Ok().cookie(cookie).finish())
 }
 
+/// Counts a sign-in attempt (login or signup) against the per-address and per-email
+/// limits before any password is hashed: 429 `rate_limit_exceeded` past either.
+fn check_sign_in_rate(state: &AppState, req: &HttpRequest, email: &str) -> Result<(), ApiError> {
+    let Some(ip) = state.config.trusted_proxies.client_ip(req) else { return Ok(()) };
+    if state.rate_limits.check_auth(ip, &users::normalize_email(email)).allowed {
+        Ok(())
+    } else {
+        Err(crate::ratelimit::rate_limit_exceeded())
+    }
+}
+
+fn signup_closed() -> ApiError {
+    ApiError::forbidden("Signup is closed; ask an administrator for an invitation")
+}
+
 /// Creates a user and an organization it owns. Open while no user exists, or when
-/// open signup is enabled; the new user is signed in.
+/// open signup is enabled; the new user is signed in. Concurrent first signups
+/// create exactly one owner (the others get 403).
 #[utoipa::path(post, path = "/api/auth/signup", tag = "auth", request_body = SignupBody, security(()),
     responses((status = 201, description = "User created and signed in; Set-Cookie svc_session", body = Data<SessionView>),
         (status = 400, description = "validation_error"),
-        (status = 403, description = "forbidden: signup is closed"), (status = 409, description = "conflict: email taken")))]
+        (status = 403, description = "forbidden: signup is closed"), (status = 409, description = "conflict: email taken"),
+        (status = 429, description = "rate_limit_exceeded: too many sign-in attempts from this address or for this email")))]
 #[post("/auth/signup")]
 pub async fn signup(
     state: web::Data<AppState>,
+    req: HttpRequest,
     body: JsonBody<SignupBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.value;
-    if !state.config.open_signup && db::users::count_users(&state.pool).await? > 0 {
-        return Err(ApiError::forbidden("Signup is closed; ask an administrator for an invitation"));
+    check_sign_in_rate(&state, &req, &body.email)?;
+    let first_user_only = !state.config.open_signup;
+    if first_user_only && db::users::count_users(&state.pool).await? > 0 {
+        return Err(signup_closed());
     }
     let name = body.name.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty());
-    let created = users::signup(&state.pool, &state.config, &body.email, &body.password, name).await?;
+    let created =
+        users::signup(&state.pool, &state.config, &body.email, &body.password, name, first_user_only)
+            .await?
+            .ok_or_else(signup_closed)?;
     let session = start_session(&state, &created.user_id, Some(&created.org_id)).await?;
     let user = db::users::find(&state.pool, &created.user_id)
         .await?
@@ -141,10 +164,16 @@ pub async fn signup(
 /// Signs in with email and password; sets the `svc_session` cookie.
 #[utoipa::path(post, path = "/api/auth/login", tag = "auth", request_body = LoginBody, security(()),
     responses((status = 200, description = "Signed in; Set-Cookie svc_session", body = Data<LoginView>),
-        (status = 401, description = "authentication_required: wrong email or password")))]
+        (status = 401, description = "authentication_required: wrong email or password"),
+        (status = 429, description = "rate_limit_exceeded: too many sign-in attempts from this address or for this email")))]
 #[post("/auth/login")]
-pub async fn login(state: web::Data<AppState>, body: JsonBody<LoginBody>) -> Result<HttpResponse, ApiError> {
+pub async fn login(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: JsonBody<LoginBody>,
+) -> Result<HttpResponse, ApiError> {
     let body = body.value;
+    check_sign_in_rate(&state, &req, &body.email)?;
     let email = users::normalize_email(&body.email);
     let user = db::users::find_by_email(&state.pool, &email).await?;
     // Verify against a real hash even for unknown emails so timing does not reveal

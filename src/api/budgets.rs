@@ -26,6 +26,7 @@ use crate::error::{ApiError, ErrorCode, Issues};
 use crate::plans::Role;
 use crate::proxy::internal::SECRET_HEADER;
 use crate::state::AppState;
+use crate::util::bounds::{check_range, MAX_BUDGET_MICRODOLLARS};
 use crate::util::json::JsonBody;
 use crate::util::{ids, time, validate};
 
@@ -320,9 +321,10 @@ fn check_window(value: Option<i64>, field: &str, issues: &mut Issues) {
     }
 }
 
+/// A positive amount of money, at most [`MAX_BUDGET_MICRODOLLARS`].
 fn check_positive(value: Option<i64>, field: &str, issues: &mut Issues) {
-    if value.is_some_and(|v| v <= 0) {
-        issues.push(&[field], "must be a positive integer");
+    if let Some(v) = value {
+        check_range(v, 1, MAX_BUDGET_MICRODOLLARS, &[field], issues);
     }
 }
 
@@ -367,8 +369,8 @@ fn validate_upsert(body: UpsertBudgetBody, org_id: &str, now: i64) -> Result<Val
         None => (None, None),
     };
     check_positive(body.session_limit_microdollars, "sessionLimitMicrodollars", &mut issues);
-    if body.finalization_reserve_microdollars.is_some_and(|r| r < 0) {
-        issues.push(&["finalizationReserveMicrodollars"], "must be zero or a positive integer");
+    if let Some(r) = body.finalization_reserve_microdollars {
+        check_range(r, 0, MAX_BUDGET_MICRODOLLARS, &["finalizationReserveMicrodollars"], &mut issues);
     }
     if body.loop_max_calls.is_some_and(|n| !(0..=MAX_LOOP_CALLS).contains(&n)) {
         issues.push(&["loopMaxCalls"], format!("must be an integer from 0 (disabled) to {MAX_LOOP_CALLS}"));

@@ -777,10 +777,12 @@ pub async fn list_cost_events(
 ) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
     let q: ListEventsQuery = query(&req)?;
-    let (limit, after) = pagination::parse(q.limit.as_deref(), q.cursor.as_deref(), DEFAULT_PAGE_SIZE)?;
+    let (limit, after) =
+        pagination::parse(q.limit.as_deref(), q.cursor.as_deref(), DEFAULT_PAGE_SIZE, ids::COST_EVENT)?;
     let filter = event_filter(q, req.query_string())?;
     let rows = queries::list_page(&state.pool, &auth.org.id, &filter, after.as_ref(), limit).await?;
-    let (rows, cursor) = pagination::page(rows, limit, |r| (r.event.created_at, r.event.id.clone()));
+    let (rows, cursor) =
+        pagination::page(rows, limit, ids::COST_EVENT, |r| (r.event.created_at, r.event.id.clone()));
     Ok(HttpResponse::Ok()
         .json(CostEventPage { data: rows.iter().map(CostEventView::from).collect(), cursor }))
 }
@@ -854,10 +856,10 @@ pub async fn list_sessions(
 ) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
     let q: ListSessionsQuery = query(&req)?;
-    let (limit, after) = pagination::parse(q.limit.as_deref(), q.cursor.as_deref(), DEFAULT_PAGE_SIZE)?;
+    let (limit, after) = pagination::parse(q.limit.as_deref(), q.cursor.as_deref(), DEFAULT_PAGE_SIZE, "")?;
     let after = after.map(|a| SessionsAfter { ended_at: a.created_at, session_id: a.id });
     let rows = queries::list_sessions(&state.pool, &auth.org.id, after.as_ref(), limit).await?;
-    let (rows, cursor) = pagination::page(rows, limit, |s| (s.ended_at, s.session_id.clone()));
+    let (rows, cursor) = pagination::page(rows, limit, "", |s| (s.ended_at, s.session_id.clone()));
     let data = rows
         .into_iter()
         .map(|s| SessionListItem {

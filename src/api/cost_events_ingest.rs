@@ -18,6 +18,7 @@ use crate::error::{ApiError, Issues};
 use crate::idempotency;
 use crate::proxy::trace::is_trace_id;
 use crate::state::AppState;
+use crate::util::bounds::{MAX_EVENT_COST_MICRODOLLARS, MAX_EVENT_DURATION_MS, MAX_EVENT_TOKENS};
 use crate::util::json::JsonBody;
 use crate::util::validate::{check_tags, is_customer_id};
 use crate::util::{ids, time};
@@ -97,10 +98,12 @@ pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
     };
     check(len_between(&e.provider, 1, 100), "provider", "must be 1 to 100 characters");
     check(len_between(&e.model, 1, 200), "model", "must be 1 to 200 characters");
-    check(e.input_tokens >= 0, "inputTokens", "must be at least 0");
-    check(e.output_tokens >= 0, "outputTokens", "must be at least 0");
-    check(e.cached_input_tokens.unwrap_or(0) >= 0, "cachedInputTokens", "must be at least 0");
-    check(e.reasoning_tokens.unwrap_or(0) >= 0, "reasoningTokens", "must be at least 0");
+    const TOKENS: &str = "must be an integer from 0 to 1000000000";
+    let tokens = |n: i64| (0..=MAX_EVENT_TOKENS).contains(&n);
+    check(tokens(e.input_tokens), "inputTokens", TOKENS);
+    check(tokens(e.output_tokens), "outputTokens", TOKENS);
+    check(tokens(e.cached_input_tokens.unwrap_or(0)), "cachedInputTokens", TOKENS);
+    check(tokens(e.reasoning_tokens.unwrap_or(0)), "reasoningTokens", TOKENS);
     // A negative cost is how a gate-recorded spend is refunded; nothing else may
     // lower spend.
     check(
@@ -108,7 +111,16 @@ pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
         "costMicrodollars",
         "must be at least 0 (negative amounts refund gate spend only)",
     );
-    check(e.duration_ms.unwrap_or(0) >= 0, "durationMs", "must be at least 0");
+    check(
+        e.cost_microdollars.unsigned_abs() <= MAX_EVENT_COST_MICRODOLLARS.unsigned_abs(),
+        "costMicrodollars",
+        "must be at most 1000000000000 (one million dollars) in absolute value",
+    );
+    check(
+        (0..=MAX_EVENT_DURATION_MS).contains(&e.duration_ms.unwrap_or(0)),
+        "durationMs",
+        "must be an integer from 0 to 86400000 (24 hours)",
+    );
     check(
         e.session_id.as_deref().is_none_or(|s| len_between(s, 1, 200)),
         "sessionId",
@@ -146,11 +158,20 @@ pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
         "must be 1 to 200 characters",
     );
     if let Some(b) = &e.cost_breakdown {
-        check(
-            b.input >= 0 && b.output >= 0 && b.cached >= 0 && b.reasoning.unwrap_or(0) >= 0,
-            "costBreakdown",
-            "components must be at least 0",
-        );
+        let part = |n: i64| (0..=MAX_EVENT_COST_MICRODOLLARS).contains(&n);
+        for (name, value) in [
+            ("input", b.input),
+            ("output", b.output),
+            ("cached", b.cached),
+            ("reasoning", b.reasoning.unwrap_or(0)),
+        ] {
+            let p = path("costBreakdown");
+            let mut refs: Vec<&str> = p.iter().map(String::as_str).collect();
+            refs.push(name);
+            if !part(value) {
+                issues.push(&refs, "must be an integer from 0 to 1000000000000");
+            }
+        }
     }
     if let Some(tags) = &e.tags {
         let p = path("tags");
@@ -245,13 +266,21 @@ pub async fn create_cost_event(
         .or_else(|| body.value.idempotency_key.clone())
         .unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::now_v7()));
     let input = body.value;
-    idempotency::run(&state.pool, header_key, &key.key_hash, "/api/cost-events", &body.raw, || async {
-        let event = to_new_event(&key, input, request_id, time::now_ms());
-        let outcomes = state.writer.commit(vec![event]).await?;
-        let outcome = outcomes.first().ok_or_else(|| ApiError::internal("writer returned no outcome"))?;
-        let (inserted, data) = outcome_json(outcome);
-        Ok((if inserted { StatusCode::CREATED } else { StatusCode::OK }, json!({ "data": data })))
-    })
+    idempotency::run(
+        &state.pool,
+        &state.instance_id,
+        header_key,
+        &key.key_hash,
+        "/api/cost-events",
+        &body.raw,
+        || async {
+            let event = to_new_event(&key, input, request_id, time::now_ms());
+            let outcomes = state.writer.commit(vec![event]).await?;
+            let outcome = outcomes.first().ok_or_else(|| ApiError::internal("writer returned no outcome"))?;
+            let (inserted, data) = outcome_json(outcome);
+            Ok((if inserted { StatusCode::CREATED } else { StatusCode::OK }, json!({ "data": data })))
+        },
+    )
     .await
 }
 
@@ -283,26 +312,34 @@ pub async fn create_cost_event_batch(
     issues.finish()?;
     let key = key.0;
     let inputs = body.value.events;
-    idempotency::run(&state.pool, header_key, &key.key_hash, "/api/cost-events/batch", &body.raw, || async {
-        let now = time::now_ms();
-        let events: Vec<NewCostEvent> = inputs
-            .into_iter()
-            .map(|e| {
-                let request_id =
-                    e.idempotency_key.clone().unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::now_v7()));
-                to_new_event(&key, e, request_id, now)
-            })
-            .collect();
-        let outcomes = state.writer.commit(events).await?;
-        let mut inserted = 0;
-        let mut ids_out = Vec::with_capacity(outcomes.len());
-        for o in &outcomes {
-            let (new, data) = outcome_json(o);
-            inserted += usize::from(new);
-            ids_out.push(data["id"].clone());
-        }
-        Ok((StatusCode::CREATED, json!({ "inserted": inserted, "ids": ids_out })))
-    })
+    idempotency::run(
+        &state.pool,
+        &state.instance_id,
+        header_key,
+        &key.key_hash,
+        "/api/cost-events/batch",
+        &body.raw,
+        || async {
+            let now = time::now_ms();
+            let events: Vec<NewCostEvent> = inputs
+                .into_iter()
+                .map(|e| {
+                    let request_id =
+                        e.idempotency_key.clone().unwrap_or_else(|| format!("sdk_{}", uuid::Uuid::now_v7()));
+                    to_new_event(&key, e, request_id, now)
+                })
+                .collect();
+            let outcomes = state.writer.commit(events).await?;
+            let mut inserted = 0;
+            let mut ids_out = Vec::with_capacity(outcomes.len());
+            for o in &outcomes {
+                let (new, data) = outcome_json(o);
+                inserted += usize::from(new);
+                ids_out.push(data["id"].clone());
+            }
+            Ok((StatusCode::CREATED, json!({ "inserted": inserted, "ids": ids_out })))
+        },
+    )
     .await
 }
 

@@ -292,9 +292,9 @@ pub async fn list_keys(
         .map_err(|_| ApiError::invalid_field(&[], "malformed query string"))?
         .into_inner();
     let (limit, after) =
-        pagination::parse(query.limit.as_deref(), query.cursor.as_deref(), DEFAULT_PAGE_SIZE)?;
+        pagination::parse(query.limit.as_deref(), query.cursor.as_deref(), DEFAULT_PAGE_SIZE, ids::API_KEY)?;
     let rows = db::keys::list_page(&state.pool, &auth.org.id, after.as_ref(), limit + 1).await?;
-    let (rows, cursor) = pagination::page(rows, limit, |k| (k.created_at, k.id.clone()));
+    let (rows, cursor) = pagination::page(rows, limit, ids::API_KEY, |k| (k.created_at, k.id.clone()));
     Ok(HttpResponse::Ok().json(ApiKeyPage { data: rows.iter().map(ApiKeyView::from).collect(), cursor }))
 }
 

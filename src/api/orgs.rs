@@ -367,9 +367,9 @@ fn stale() -> ApiError {
     ApiError::new(ErrorCode::Conflict, "The membership changed meanwhile; reload and retry")
 }
 
-fn page_params(req: &HttpRequest) -> Result<(i64, Option<After>), ApiError> {
+fn page_params(req: &HttpRequest, id_prefix: &str) -> Result<(i64, Option<After>), ApiError> {
     let q: PageQuery = query(req)?;
-    pagination::parse(q.limit.as_deref(), q.cursor.as_deref(), DEFAULT_PAGE)
+    pagination::parse(q.limit.as_deref(), q.cursor.as_deref(), DEFAULT_PAGE, id_prefix)
 }
 
 fn data_page<T: Serialize>(items: Vec<T>, cursor: Option<Cursor>) -> HttpResponse {
@@ -535,15 +535,14 @@ pub async fn list_members(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let (org, _) = org_access(&state, &user, &path, Role::Member).await?;
-    let (limit, after) = page_params(&req)?;
-    // The cursor carries the wire id; the table holds the bare one.
+    let (limit, after) = page_params(&req, ids::USER)?;
+    // The table holds the canonical bare UUID.
     let after = match after {
         Some(a) => Some(After { id: parse_user_id(&a.id, &["cursor", "id"])?, created_at: a.created_at }),
         None => None,
     };
     let rows = db::orgs::list_members(&state.pool, &org.id, limit, after.as_ref()).await?;
-    let (rows, cursor) =
-        pagination::page(rows, limit, |m| (m.joined_at, ids::prefixed(ids::USER, &m.user_id)));
+    let (rows, cursor) = pagination::page(rows, limit, ids::USER, |m| (m.joined_at, m.user_id.clone()));
     Ok(data_page(rows.iter().map(MemberView::from).collect(), cursor))
 }
 
@@ -715,10 +714,10 @@ pub async fn list_invitations(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let (org, _) = org_access(&state, &user, &path, Role::Admin).await?;
-    let (limit, after) = page_params(&req)?;
+    let (limit, after) = page_params(&req, "")?;
     let now = time::now_ms();
     let rows = db::orgs::pending_invitations(&state.pool, &org.id, now, limit, after.as_ref()).await?;
-    let (rows, cursor) = pagination::page(rows, limit, |i| (i.created_at, i.id.clone()));
+    let (rows, cursor) = pagination::page(rows, limit, "", |i| (i.created_at, i.id.clone()));
     Ok(data_page(rows.iter().map(|i| invitation_view(i, now)).collect(), cursor))
 }
 

@@ -385,7 +385,7 @@ mod tests {
             created_at: now,
         };
         let org = crate::db::orgs::new_org(crate::util::ids::new_id(), "o".into(), "pro", now);
-        crate::db::orgs::create_user_with_org(pool, user.clone(), org.clone()).await.unwrap();
+        crate::db::orgs::create_user_with_org(pool, user.clone(), org.clone(), false).await.unwrap();
         let raw = generate_raw_key();
         let row = ApiKey {
             id: crate::util::ids::new_id(),

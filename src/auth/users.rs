@@ -43,28 +43,31 @@ fn email_taken() -> ApiError {
     ApiError::new(ErrorCode::Conflict, "A user with this email already exists")
 }
 
-/// Signup: a new user owning a new organization.
+/// Signup: a new user owning a new organization. With `first_user_only`, the user
+/// is created only while there is no user at all (decided inside the transaction);
+/// `Ok(None)` when there already is one.
 pub async fn signup(
     pool: &Pool,
     config: &Config,
     email: &str,
     password: &str,
     name: Option<String>,
-) -> Result<CreatedUser, ApiError> {
+    first_user_only: bool,
+) -> Result<Option<CreatedUser>, ApiError> {
     let email = normalize_email(email);
     let user = new_user(&email, password, name.clone()).await?;
     let org_name =
         name.map(|n| format!("{n}'s organization")).unwrap_or_else(|| format!("{email}'s organization"));
     let org = db::orgs::new_org(ids::new_id(), org_name, config.default_plan.as_str(), user.created_at);
     let (user_id, org_id) = (user.id.clone(), org.id.clone());
-    db::orgs::create_user_with_org(pool, user, org).await.map_err(|e| {
+    let created = db::orgs::create_user_with_org(pool, user, org, first_user_only).await.map_err(|e| {
         if e.is_unique_violation() {
             email_taken()
         } else {
             e.into()
         }
     })?;
-    Ok(CreatedUser { user_id, org_id, org_created: true })
+    Ok(created.then_some(CreatedUser { user_id, org_id, org_created: true }))
 }
 
 /// Operator command: a user in the organization called `org_name`.

@@ -9,12 +9,13 @@
 
 use std::collections::HashMap;
 
-use diesel::dsl::{case_when, count_star, sql};
+use diesel::dsl::{case_when, count_star};
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use diesel::upsert::excluded;
 use diesel_async::RunQueryDsl;
 
+use crate::db::exact_sum::{self, SumParts};
 use crate::db::models::Budget;
 use crate::db::schema::{
     api_keys, budget_changes, budget_reservations, budgets, cost_event_tags, cost_events, organizations,
@@ -300,7 +301,7 @@ pub enum SpendFilter {
 }
 
 /// Cost of one (API key, provider, model) group of events.
-#[derive(Debug, Clone, PartialEq, Eq, Queryable)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpendSource {
     /// Bare key id; `None` for events recorded without a key.
     pub api_key_id: Option<String>,
@@ -325,8 +326,8 @@ pub async fn spend_sources(
                 cost_events::api_key_id,
                 cost_events::provider,
                 cost_events::model,
-                // SUM of a BIGINT is NUMERIC on PostgreSQL; the cast keeps it an integer.
-                sql::<BigInt>("CAST(COALESCE(SUM(cost_events.cost_microdollars), 0) AS BIGINT)"),
+                // Exact and overflow-proof on both backends.
+                exact_sum::parts("cost_events.cost_microdollars"),
                 count_star(),
             ))
             .filter(cost_events::org_id.eq(org_id))
@@ -348,8 +349,17 @@ pub async fn spend_sources(
                 ),
             ),
         };
-        query.load::<SpendSource>(conn).await
-    })?;
+        query.load::<(Option<String>, String, String, SumParts, i64)>(conn).await
+    })?
+    .into_iter()
+    .map(|(api_key_id, provider, model, cost, request_count)| SpendSource {
+        api_key_id,
+        provider,
+        model,
+        total_cost_microdollars: exact_sum::join(cost),
+        request_count,
+    })
+    .collect();
     rows.sort_by(|a, b| {
         b.total_cost_microdollars
             .cmp(&a.total_cost_microdollars)

@@ -4,8 +4,8 @@
 //!
 //! Aggregates are computed by the database with portable SQL: `GROUP BY` with
 //! `SUM`/`COUNT`, and UTC days as `created_at / 86400000` (integer division on both
-//! backends). `SUM` of a BIGINT is NUMERIC on PostgreSQL, so every sum is written
-//! `COALESCE(CAST(SUM(x) AS BIGINT), 0)` to come back as an `i64` on both.
+//! backends). Every sum is exact and cannot fail on overflow: it is loaded as two
+//! partial sums and joined in Rust (see [`super::exact_sum`]).
 //! Column references inside those SQL fragments are always table-qualified, because
 //! some queries join `cost_event_tags`, which shares `org_id` and `created_at`.
 //!
@@ -13,10 +13,12 @@
 //! column, and JSON extraction is spelled differently by the two backends.
 
 use diesel::dsl::sql;
+use diesel::expression::SqlLiteral;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use diesel_async::RunQueryDsl;
 
+use crate::db::exact_sum::{self, join, SumParts};
 use crate::db::models::CostEvent;
 use crate::db::schema::{api_keys, cost_event_tags, cost_events};
 use crate::db::{DbResult, Pool};
@@ -26,7 +28,7 @@ use crate::with_conn;
 /// Milliseconds in a UTC day: day buckets are `created_at / DAY_MS`.
 pub const DAY_MS: i64 = 86_400_000;
 
-const COST_SUM: &str = "COALESCE(CAST(SUM(cost_events.cost_microdollars) AS BIGINT), 0)";
+const COST: &str = "cost_events.cost_microdollars";
 const ROW_COUNT: &str = "COUNT(*)";
 const DAY_BUCKET: &str = "(cost_events.created_at / 86400000)";
 /// Tool events are named by their tool, falling back to the model for tool events
@@ -34,9 +36,14 @@ const DAY_BUCKET: &str = "(cost_events.created_at / 86400000)";
 const TOOL_LABEL: &str = "COALESCE(cost_events.tool_name, cost_events.model)";
 const IS_TOOL_EVENT: &str = "(cost_events.event_type = 'tool' OR cost_events.tool_name IS NOT NULL)";
 
-/// `COALESCE(CAST(SUM(cost_events.<column>) AS BIGINT), 0)`.
-fn sum_of(column: &str) -> String {
-    format!("COALESCE(CAST(SUM(cost_events.{column}) AS BIGINT), 0)")
+/// The partial sums of `cost_events.<column>` (see [`exact_sum::parts`]).
+fn sum_of(column: &str) -> (SqlLiteral<BigInt>, SqlLiteral<BigInt>) {
+    exact_sum::parts(&format!("cost_events.{column}"))
+}
+
+/// The partial sums of the events' cost.
+fn cost_sum() -> (SqlLiteral<BigInt>, SqlLiteral<BigInt>) {
+    exact_sum::parts(COST)
 }
 
 /// The filters of the list and export calls; every one narrows the set (AND).
@@ -332,13 +339,13 @@ fn event_rows(rows: Vec<(CostEvent, Option<String>)>) -> Vec<EventRow> {
     rows.into_iter().map(|(event, key_name)| EventRow { event, key_name }).collect()
 }
 
-fn label_totals(rows: Vec<(Option<String>, i64, i64)>) -> Vec<LabelTotal> {
-    rows.into_iter().map(|(label, cost, count)| LabelTotal { label, cost, count }).collect()
+fn label_totals(rows: Vec<(Option<String>, SumParts, i64)>) -> Vec<LabelTotal> {
+    rows.into_iter().map(|(label, cost, count)| LabelTotal { label, cost: join(cost), count }).collect()
 }
 
-fn day_totals(rows: Vec<(i64, i64, i64)>) -> Vec<DayTotal> {
+fn day_totals(rows: Vec<(i64, SumParts, i64)>) -> Vec<DayTotal> {
     let mut days: Vec<DayTotal> =
-        rows.into_iter().map(|(day, cost, count)| DayTotal { day, cost, count }).collect();
+        rows.into_iter().map(|(day, cost, count)| DayTotal { day, cost: join(cost), count }).collect();
     days.sort_by_key(|d| d.day);
     days
 }
@@ -423,21 +430,21 @@ pub async fn session(
                 .filter(cost_events::session_id.eq(session_id))
                 .select((
                     sql::<BigInt>(ROW_COUNT),
-                    sql::<BigInt>(COST_SUM),
-                    sql::<BigInt>(&sum_of("input_tokens")),
-                    sql::<BigInt>(&sum_of("output_tokens")),
-                    sql::<BigInt>(&sum_of("duration_ms")),
+                    cost_sum(),
+                    sum_of("input_tokens"),
+                    sum_of("output_tokens"),
+                    sum_of("duration_ms"),
                     sql::<Nullable<BigInt>>("MIN(cost_events.created_at)"),
                     sql::<Nullable<BigInt>>("MAX(cost_events.created_at)"),
                 ))
-                .get_result::<(i64, i64, i64, i64, i64, Option<i64>, Option<i64>)>(conn)
+                .get_result::<(i64, SumParts, SumParts, SumParts, SumParts, Option<i64>, Option<i64>)>(conn)
                 .await?;
         let totals = SessionTotals {
             event_count,
-            cost,
-            input_tokens,
-            output_tokens,
-            duration_ms,
+            cost: join(cost),
+            input_tokens: join(input_tokens),
+            output_tokens: join(output_tokens),
+            duration_ms: join(duration_ms),
             started_at,
             ended_at,
         };
@@ -460,7 +467,7 @@ pub async fn list_sessions(
             .select((
                 cost_events::session_id,
                 sql::<BigInt>(ROW_COUNT),
-                sql::<BigInt>(COST_SUM),
+                cost_sum(),
                 sql::<BigInt>("MIN(cost_events.created_at)"),
                 sql::<BigInt>(ENDED_AT),
             ))
@@ -480,11 +487,17 @@ pub async fn list_sessions(
                     .sql(")"),
             );
         }
-        let rows: Vec<(Option<String>, i64, i64, i64, i64)> = query.load(conn).await?;
+        let rows: Vec<(Option<String>, i64, SumParts, i64, i64)> = query.load(conn).await?;
         Ok(rows
             .into_iter()
             .filter_map(|(session_id, event_count, cost, started_at, ended_at)| {
-                Some(SessionRow { session_id: session_id?, event_count, cost, started_at, ended_at })
+                Some(SessionRow {
+                    session_id: session_id?,
+                    event_count,
+                    cost: join(cost),
+                    started_at,
+                    ended_at,
+                })
             })
             .collect())
     })
@@ -494,14 +507,14 @@ pub async fn list_sessions(
 /// the trace list.
 pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64) -> DbResult<Summary> {
     with_conn!(pool, read, |conn| {
-        let mut totals_query =
-            cost_events::table.select((sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT))).into_boxed();
+        let mut totals_query = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
         apply_window!(totals_query, org_id, window);
-        let (cost, count): (i64, i64) = totals_query.get_result(conn).await?;
+        let (cost, count): (SumParts, i64) = totals_query.get_result(conn).await?;
+        let cost = join(cost);
 
         let mut daily_query = cost_events::table
             .group_by(sql::<BigInt>(DAY_BUCKET))
-            .select((sql::<BigInt>(DAY_BUCKET), sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
+            .select((sql::<BigInt>(DAY_BUCKET), cost_sum(), sql::<BigInt>(ROW_COUNT)))
             .into_boxed();
         apply_window!(daily_query, org_id, window);
         let daily = day_totals(daily_query.load(conn).await?);
@@ -511,41 +524,41 @@ pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64)
             .select((
                 cost_events::provider,
                 cost_events::model,
-                sql::<BigInt>(COST_SUM),
+                cost_sum(),
                 sql::<BigInt>(ROW_COUNT),
-                sql::<BigInt>(&sum_of("input_tokens")),
-                sql::<BigInt>(&sum_of("output_tokens")),
-                sql::<BigInt>(&sum_of("cached_input_tokens")),
-                sql::<BigInt>(&sum_of("reasoning_tokens")),
+                sum_of("input_tokens"),
+                sum_of("output_tokens"),
+                sum_of("cached_input_tokens"),
+                sum_of("reasoning_tokens"),
             ))
             .into_boxed();
         apply_window!(models_query, org_id, window);
         let models = models_query
-            .load::<(String, String, i64, i64, i64, i64, i64, i64)>(conn)
+            .load::<(String, String, SumParts, i64, SumParts, SumParts, SumParts, SumParts)>(conn)
             .await?
             .into_iter()
             .map(|(provider, model, cost, count, input, output, cached, reasoning)| ModelTotal {
                 provider,
                 model,
-                cost,
+                cost: join(cost),
                 count,
-                input_tokens: input,
-                output_tokens: output,
-                cached_input_tokens: cached,
-                reasoning_tokens: reasoning,
+                input_tokens: join(input),
+                output_tokens: join(output),
+                cached_input_tokens: join(cached),
+                reasoning_tokens: join(reasoning),
             })
             .collect();
 
         let mut providers_query = cost_events::table
             .group_by(cost_events::provider)
-            .select((cost_events::provider.nullable(), sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
+            .select((cost_events::provider.nullable(), cost_sum(), sql::<BigInt>(ROW_COUNT)))
             .into_boxed();
         apply_window!(providers_query, org_id, window);
         let providers = label_totals(providers_query.load(conn).await?);
 
         let mut keys_query = cost_events::table
             .group_by(cost_events::api_key_id)
-            .select((cost_events::api_key_id, sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
+            .select((cost_events::api_key_id, cost_sum(), sql::<BigInt>(ROW_COUNT)))
             .into_boxed();
         apply_window!(keys_query, org_id, window);
         let keys = label_totals(keys_query.load(conn).await?);
@@ -554,40 +567,40 @@ pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64)
             .group_by(sql::<Text>(TOOL_LABEL))
             .select((
                 sql::<Text>(TOOL_LABEL),
-                sql::<BigInt>(COST_SUM),
+                cost_sum(),
                 sql::<BigInt>(ROW_COUNT),
-                sql::<BigInt>(&sum_of("duration_ms")),
+                sum_of("duration_ms"),
                 sql::<BigInt>("COUNT(cost_events.duration_ms)"),
             ))
             .into_boxed()
             .filter(sql::<Bool>(IS_TOOL_EVENT));
         apply_window!(tools_query, org_id, window);
         let tools = tools_query
-            .load::<(String, i64, i64, i64, i64)>(conn)
+            .load::<(String, SumParts, i64, SumParts, i64)>(conn)
             .await?
             .into_iter()
             .map(|(name, cost, count, duration_sum, duration_count)| ToolTotal {
                 name,
-                cost,
+                cost: join(cost),
                 count,
-                duration_sum,
+                duration_sum: join(duration_sum),
                 duration_count,
             })
             .collect();
 
         let mut sources_query = cost_events::table
             .group_by(cost_events::source)
-            .select((cost_events::source.nullable(), sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
+            .select((cost_events::source.nullable(), cost_sum(), sql::<BigInt>(ROW_COUNT)))
             .into_boxed();
         apply_window!(sources_query, org_id, window);
         let sources = label_totals(sources_query.load(conn).await?);
 
         let mut traces_query = cost_events::table
             .group_by(cost_events::trace_id)
-            .select((cost_events::trace_id, sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
+            .select((cost_events::trace_id, cost_sum(), sql::<BigInt>(ROW_COUNT)))
             .into_boxed()
             .filter(cost_events::trace_id.is_not_null())
-            .order((sql::<BigInt>(COST_SUM).desc(), cost_events::trace_id.asc()))
+            .order((exact_sum::order_key(COST).desc(), cost_events::trace_id.asc()))
             .limit(top_traces);
         apply_window!(traces_query, org_id, window);
         let traces = label_totals(traces_query.load(conn).await?);
@@ -630,19 +643,19 @@ pub async fn attribution(
     limit: i64,
 ) -> DbResult<Attribution> {
     with_conn!(pool, read, |conn| {
-        let mut totals_query =
-            cost_events::table.select((sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT))).into_boxed();
+        let mut totals_query = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
         apply_window!(totals_query, org_id, window);
-        let (cost, count): (i64, i64) = totals_query.get_result(conn).await?;
+        let (cost, count): (SumParts, i64) = totals_query.get_result(conn).await?;
+        let cost = join(cost);
 
         let (mut groups, keyed_groups, unkeyed) = match grouping {
             Grouping::ApiKey => {
                 let mut top = cost_events::table
                     .group_by(cost_events::api_key_id)
-                    .select((cost_events::api_key_id, sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
+                    .select((cost_events::api_key_id, cost_sum(), sql::<BigInt>(ROW_COUNT)))
                     .into_boxed()
                     .filter(cost_events::api_key_id.is_not_null())
-                    .order((sql::<BigInt>(COST_SUM).desc(), cost_events::api_key_id.asc()))
+                    .order((exact_sum::order_key(COST).desc(), cost_events::api_key_id.asc()))
                     .limit(limit);
                 apply_window!(top, org_id, window);
                 let groups = label_totals(top.load(conn).await?);
@@ -653,26 +666,20 @@ pub async fn attribution(
                 apply_window!(distinct, org_id, window);
                 let keyed_groups: i64 = distinct.get_result(conn).await?;
 
-                let mut none = cost_events::table
-                    .select((sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
-                    .into_boxed();
+                let mut none = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
                 apply_window!(none, org_id, window);
                 apply_member!(none, org_id, Member::ApiKey(None));
-                let unkeyed: (i64, i64) = none.get_result(conn).await?;
+                let unkeyed: (SumParts, i64) = none.get_result(conn).await?;
                 (groups, keyed_groups, unkeyed)
             }
             Grouping::Tag(key) => {
                 let mut top = cost_events::table
                     .inner_join(cost_event_tags::table.on(cost_event_tags::event_id.eq(cost_events::id)))
                     .group_by(cost_event_tags::tag_value)
-                    .select((
-                        cost_event_tags::tag_value.nullable(),
-                        sql::<BigInt>(COST_SUM),
-                        sql::<BigInt>(ROW_COUNT),
-                    ))
+                    .select((cost_event_tags::tag_value.nullable(), cost_sum(), sql::<BigInt>(ROW_COUNT)))
                     .into_boxed()
                     .filter(cost_event_tags::tag_key.eq(key))
-                    .order((sql::<BigInt>(COST_SUM).desc(), cost_event_tags::tag_value.asc()))
+                    .order((exact_sum::order_key(COST).desc(), cost_event_tags::tag_value.asc()))
                     .limit(limit);
                 apply_window!(top, org_id, window);
                 let groups = label_totals(top.load(conn).await?);
@@ -685,17 +692,15 @@ pub async fn attribution(
                 apply_window!(distinct, org_id, window);
                 let keyed_groups: i64 = distinct.get_result(conn).await?;
 
-                let mut none = cost_events::table
-                    .select((sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
-                    .into_boxed();
+                let mut none = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
                 apply_window!(none, org_id, window);
                 apply_member!(none, org_id, Member::Tag { key, value: None });
-                let unkeyed: (i64, i64) = none.get_result(conn).await?;
+                let unkeyed: (SumParts, i64) = none.get_result(conn).await?;
                 (groups, keyed_groups, unkeyed)
             }
         };
 
-        let (unkeyed_cost, unkeyed_count) = unkeyed;
+        let (unkeyed_cost, unkeyed_count) = (join(unkeyed.0), unkeyed.1);
         let mut total_groups = keyed_groups;
         if unkeyed_count > 0 {
             total_groups = total_groups.saturating_add(1);
@@ -717,15 +722,15 @@ pub async fn attribution_detail(
     member: Member<'_>,
 ) -> DbResult<AttributionDetail> {
     with_conn!(pool, read, |conn| {
-        let mut totals_query =
-            cost_events::table.select((sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT))).into_boxed();
+        let mut totals_query = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
         apply_window!(totals_query, org_id, window);
         apply_member!(totals_query, org_id, member);
-        let (cost, count): (i64, i64) = totals_query.get_result(conn).await?;
+        let (cost, count): (SumParts, i64) = totals_query.get_result(conn).await?;
+        let cost = join(cost);
 
         let mut daily_query = cost_events::table
             .group_by(sql::<BigInt>(DAY_BUCKET))
-            .select((sql::<BigInt>(DAY_BUCKET), sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
+            .select((sql::<BigInt>(DAY_BUCKET), cost_sum(), sql::<BigInt>(ROW_COUNT)))
             .into_boxed();
         apply_window!(daily_query, org_id, window);
         apply_member!(daily_query, org_id, member);
@@ -733,7 +738,7 @@ pub async fn attribution_detail(
 
         let mut models_query = cost_events::table
             .group_by(cost_events::model)
-            .select((cost_events::model.nullable(), sql::<BigInt>(COST_SUM), sql::<BigInt>(ROW_COUNT)))
+            .select((cost_events::model.nullable(), cost_sum(), sql::<BigInt>(ROW_COUNT)))
             .into_boxed();
         apply_window!(models_query, org_id, window);
         apply_member!(models_query, org_id, member);

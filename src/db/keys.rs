@@ -30,6 +30,7 @@ macro_rules! note_key_change {
             .await?;
     }};
 }
+pub(crate) use note_key_change;
 
 /// Records that every key of `org_id` changed (revoked with a membership or the
 /// organization): each instance flushes its key cache.

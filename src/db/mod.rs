@@ -14,6 +14,7 @@ pub mod audit;
 pub mod budgets;
 pub mod cost_event_queries;
 pub mod cost_events;
+pub mod exact_sum;
 pub mod keys;
 pub mod models;
 pub mod orgs;

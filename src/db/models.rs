@@ -207,4 +207,6 @@ pub struct IdempotencyRecord {
     pub response_body: Option<String>,
     pub created_at: i64,
     pub expires_at: i64,
+    /// The process (`AppState::instance_id`) running the claimed request.
+    pub owner_instance: Option<String>,
 }

@@ -10,9 +10,11 @@ use diesel_async::RunQueryDsl;
 use serde_json::json;
 
 use crate::db::audit::{self, actions, resources, Entry};
+use crate::db::keys::note_key_change;
 use crate::db::models::{Invitation, Membership, Organization, User};
 use crate::db::schema::{
-    api_keys, budget_reservations, budgets, invitations, memberships, organizations, sessions, users,
+    api_keys, budget_reservations, budgets, invitations, key_changes, memberships, organizations, sessions,
+    users,
 };
 use crate::db::{DbError, DbResult, Pool};
 use crate::plans::Role;
@@ -34,9 +36,82 @@ pub fn new_org(id: String, name: String, plan: &str, now: i64) -> Organization {
     }
 }
 
-/// Creates a user together with the organization it owns (signup).
-pub async fn create_user_with_org(pool: &Pool, user: User, org: Organization) -> DbResult<()> {
+/// What `set_plan` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanChange {
+    /// The organization (bare id) now has the plan.
+    Changed {
+        id: String,
+        name: String,
+    },
+    NotFound,
+    /// Several organizations have that name; the caller must give the id.
+    Ambiguous(usize),
+}
+
+/// Sets the tier of the organization `org_ref` (a `svc_org_…` id, a bare id, or its
+/// name) and, in the same transaction, records an organization-wide key change:
+/// every instance drops the organization's cached keys, which carry the tier.
+pub async fn set_plan(pool: &Pool, org_ref: &str, plan: &str) -> DbResult<PlanChange> {
+    let by_id = ids::parse_prefixed_or_raw(ids::ORG, org_ref);
+    let org_ref = org_ref.to_owned();
+    let plan = plan.to_owned();
     with_tx!(pool, |conn| {
+        let mut matches: Vec<(String, String)> = match &by_id {
+            Some(id) => {
+                organizations::table
+                    .filter(organizations::id.eq(id))
+                    .select((organizations::id, organizations::name))
+                    .load(conn)
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        if matches.is_empty() {
+            matches = organizations::table
+                .filter(organizations::name.eq(&org_ref))
+                .select((organizations::id, organizations::name))
+                .load(conn)
+                .await?;
+        }
+        let (id, name) = match matches.len() {
+            0 => return Ok(PlanChange::NotFound),
+            1 => matches.remove(0),
+            n => return Ok(PlanChange::Ambiguous(n)),
+        };
+        diesel::update(organizations::table.find(&id))
+            .set((organizations::plan.eq(&plan), organizations::updated_at.eq(crate::util::time::now_ms())))
+            .execute(conn)
+            .await?;
+        note_key_change!(conn, &id, None);
+        Ok(PlanChange::Changed { id, name })
+    })
+}
+
+/// Creates a user together with the organization it owns (signup).
+///
+/// With `first_user_only` nothing is written, and `false` returned, when any user
+/// exists: the check runs inside the transaction, after PostgreSQL has locked the
+/// users table against other writers (SQLite has a single writer connection), so
+/// concurrent first signups create exactly one owner.
+pub async fn create_user_with_org(
+    pool: &Pool,
+    user: User,
+    org: Organization,
+    first_user_only: bool,
+) -> DbResult<bool> {
+    let lock_users = pool.backend() == crate::db::Backend::Postgres;
+    with_tx!(pool, |conn| {
+        if first_user_only {
+            if lock_users {
+                // Conflicts with itself and with every insert, not with readers.
+                diesel::sql_query("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE").execute(conn).await?;
+            }
+            let users_now: i64 = users::table.count().get_result(conn).await?;
+            if users_now > 0 {
+                return Ok(false);
+            }
+        }
         diesel::insert_into(users::table).values(&user).execute(conn).await?;
         diesel::insert_into(organizations::table).values(&org).execute(conn).await?;
         let m = Membership {
@@ -46,7 +121,7 @@ pub async fn create_user_with_org(pool: &Pool, user: User, org: Organization) ->
             created_at: org.created_at,
         };
         diesel::insert_into(memberships::table).values(&m).execute(conn).await?;
-        Ok(())
+        Ok(true)
     })
 }
 

@@ -224,6 +224,15 @@ diesel::table! {
         response_body -> Nullable<Text>,
         created_at -> BigInt,
         expires_at -> BigInt,
+        owner_instance -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    instances (id) {
+        id -> Text,
+        started_at -> BigInt,
+        last_seen -> BigInt,
     }
 }
 
@@ -244,4 +253,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     cost_event_bodies,
     event_outbox,
     idempotency_keys,
+    instances,
 );

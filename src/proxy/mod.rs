@@ -60,10 +60,11 @@ pub async fn key_of(
     }
 }
 
-/// The per-IP limit of the proxy (checked before the key's).
+/// The per-IP limit of the proxy (checked before the key's), on the client address
+/// behind any trusted proxies.
 pub fn check_ip(req: &actix_web::HttpRequest, state: &crate::state::AppState) -> Result<(), ApiError> {
-    match req.peer_addr() {
-        Some(addr) if !state.rate_limits.check_ip(addr.ip()).allowed => Err(rate_limited()),
+    match state.config.trusted_proxies.client_ip(req) {
+        Some(ip) if !state.rate_limits.check_ip(ip).allowed => Err(rate_limited()),
         _ => Ok(()),
     }
 }

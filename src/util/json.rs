@@ -81,7 +81,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             Ok(v)
         }
         Err(err) => {
-            let path: Vec<String> = err
+            let mut path: Vec<String> = err
                 .path()
                 .iter()
                 .filter_map(|seg| match seg {
@@ -92,6 +92,11 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
                 })
                 .collect();
             let inner = err.into_inner();
+            // serde reports a missing or repeated field at the object that lacks it;
+            // the caller needs the field itself.
+            if let Some(field) = named_field(&inner) {
+                path.push(field);
+            }
             // A shape error may hide a later syntax error (`{} x`): only a body that
             // is valid JSON as a whole gets a validation error.
             let syntactically_valid = serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
@@ -103,6 +108,13 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             }
         }
     }
+}
+
+/// The field a "missing field `x`" or "duplicate field `x`" error is about.
+fn named_field(err: &serde_json::Error) -> Option<String> {
+    let msg = err.to_string();
+    let rest = msg.strip_prefix("missing field `").or_else(|| msg.strip_prefix("duplicate field `"))?;
+    rest.split_once('`').map(|(field, _)| field.to_owned())
 }
 
 /// serde's messages end with " at line 1 column 20", which means nothing to a caller
@@ -171,5 +183,26 @@ mod tests {
         let details = err.details.unwrap();
         assert_eq!(details["issues"][0]["path"], serde_json::json!(["n", "1"]));
         assert!(parse::<Body>(br#"{"name":"a","n":[1]}"#).is_ok());
+    }
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Outer {
+        items: Vec<Body>,
+    }
+
+    #[test]
+    fn missing_and_duplicate_fields_are_named() {
+        let paths =
+            |bytes: &[u8]| parse::<Outer>(bytes).unwrap_err().details.unwrap()["issues"][0]["path"].clone();
+        assert_eq!(paths(br#"{}"#), serde_json::json!(["items"]));
+        assert_eq!(
+            paths(br#"{"items":[{"name":"a","n":[]},{"n":[]}]}"#),
+            serde_json::json!(["items", "1", "name"])
+        );
+        assert_eq!(
+            paths(br#"{"items":[{"name":"a","name":"b","n":[]}]}"#),
+            serde_json::json!(["items", "0", "name"])
+        );
     }
 }

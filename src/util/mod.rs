@@ -1,6 +1,7 @@
 //! Small shared conventions: prefixed IDs, timestamps, cursor pagination, the JSON
 //! body extractor and field validators. One implementation each, used everywhere.
 
+pub mod bounds;
 pub mod ids;
 pub mod json;
 pub mod pagination;

@@ -1,5 +1,10 @@
 //! Cursor pagination: forward-only, newest first. The cursor is `{createdAt, id}`,
 //! sent back JSON-encoded in the `cursor` query parameter.
+//!
+//! `id` is the last item's id exactly as the items show it: the public, prefixed id
+//! (`svc_key_…`, `svc_evt_…`) where the resource has one. A cursor's id is accepted
+//! with that prefix or without it: cursors handed out before ids were prefixed name
+//! the same row by its bare UUID, so a client paging across an upgrade loses nothing.
 
 use serde::{Deserialize, Serialize};
 
@@ -23,12 +28,20 @@ pub struct After {
 pub const MAX_LIMIT: i64 = 100;
 
 /// Validates `limit` (1..=max) and decodes `cursor`; failures are `validation_error`.
+/// `id_prefix` is the prefix of the items' public ids (`""` when they have none); the
+/// decoded `After::id` is the bare id the table stores.
 pub fn parse(
     limit: Option<&str>,
     cursor: Option<&str>,
     default: i64,
+    id_prefix: &str,
 ) -> Result<(i64, Option<After>), ApiError> {
-    parse_with_max(limit, cursor, default, MAX_LIMIT)
+    let (limit, after) = parse_with_max(limit, cursor, default, MAX_LIMIT)?;
+    let after = after.map(|a| match a.id.strip_prefix(id_prefix) {
+        Some(bare) if !id_prefix.is_empty() => After { id: bare.to_owned(), ..a },
+        _ => a,
+    });
+    Ok((limit, after))
 }
 
 pub fn parse_with_max(
@@ -65,13 +78,20 @@ pub fn parse_with_max(
 }
 
 /// Given `limit + 1` fetched rows, trims to `limit` and builds the next cursor.
-pub fn page<T>(mut rows: Vec<T>, limit: i64, key: impl Fn(&T) -> (i64, String)) -> (Vec<T>, Option<Cursor>) {
+/// `key` gives a row's time and bare id; the cursor shows the id with `id_prefix`,
+/// as the items do.
+pub fn page<T>(
+    mut rows: Vec<T>,
+    limit: i64,
+    id_prefix: &str,
+    key: impl Fn(&T) -> (i64, String),
+) -> (Vec<T>, Option<Cursor>) {
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     if rows.len() > limit {
         rows.truncate(limit);
         let cursor = rows.last().map(|r| {
             let (created_at, id) = key(r);
-            Cursor { created_at: time::iso(created_at), id }
+            Cursor { created_at: time::iso(created_at), id: format!("{id_prefix}{id}") }
         });
         (rows, cursor)
     } else {
@@ -86,20 +106,25 @@ mod tests {
 
     #[test]
     fn limit_bounds() {
-        assert_eq!(parse(None, None, 25).unwrap().0, 25);
-        assert_eq!(parse(Some("100"), None, 25).unwrap().0, 100);
-        assert!(parse(Some("101"), None, 25).is_err());
-        assert!(parse(Some("0"), None, 25).is_err());
-        assert!(parse(Some("x"), None, 25).is_err());
+        assert_eq!(parse(None, None, 25, "").unwrap().0, 25);
+        assert_eq!(parse(Some("100"), None, 25, "").unwrap().0, 100);
+        assert!(parse(Some("101"), None, 25, "").is_err());
+        assert!(parse(Some("0"), None, 25, "").is_err());
+        assert!(parse(Some("x"), None, 25, "").is_err());
     }
 
     #[test]
     fn cursor_round_trip() {
-        let (rows, cursor) = page(vec![(3, "c"), (2, "b"), (1, "a")], 2, |r| (r.0, r.1.to_owned()));
+        let (rows, cursor) = page(vec![(3, "c"), (2, "b"), (1, "a")], 2, "svc_x_", |r| (r.0, r.1.to_owned()));
         assert_eq!(rows.len(), 2);
-        let encoded = serde_json::to_string(&cursor.unwrap()).unwrap();
-        let (_, after) = parse(None, Some(&encoded), 25).unwrap();
+        let cursor = cursor.unwrap();
+        assert_eq!(cursor.id, "svc_x_b");
+        let encoded = serde_json::to_string(&cursor).unwrap();
+        let (_, after) = parse(None, Some(&encoded), 25, "svc_x_").unwrap();
         assert_eq!(after, Some(After { created_at: 2, id: "b".into() }));
-        assert!(parse(None, Some("{"), 25).is_err());
+        // A cursor from before ids were prefixed still names the same row.
+        let old = serde_json::to_string(&Cursor { id: "b".into(), ..cursor }).unwrap();
+        assert_eq!(parse(None, Some(&old), 25, "svc_x_").unwrap().1.unwrap().id, "b");
+        assert!(parse(None, Some("{"), 25, "").is_err());
     }
 }

@@ -103,6 +103,9 @@ impl Server {
             .env("SPENDGATE_INTERNAL_SECRET", "internal-test-secret")
             .env("SPENDGATE_CRON_SECRET", "cron-test-secret")
             .env("SPENDGATE_LOG", "warn,spendgate=info")
+            // The suite tests the Free tier's limits; a test that wants the
+            // self-hosted default passes SPENDGATE_DEFAULT_PLAN="" in extra_env.
+            .env("SPENDGATE_DEFAULT_PLAN", "free")
             .stdout(Stdio::piped())
             .stderr(stderr);
         for (k, v) in extra_env {
@@ -312,6 +315,7 @@ impl TestApp {
         let out = Command::new(env!("CARGO_BIN_EXE_spendgate"))
             .args(["user", "create", "--email", email, "--password", PASSWORD, "--org", org, "--role", role])
             .env("SPENDGATE_DATABASE_URL", &self.db.url)
+            .env("SPENDGATE_DEFAULT_PLAN", "free")
             .env("SPENDGATE_LOG", "warn")
             .output()
             .expect("run user create");
@@ -333,6 +337,20 @@ impl TestApp {
                 .expect("pragma");
             diesel::RunQueryDsl::execute(diesel::sql_query(sql), &mut conn).expect("execute");
         }
+    }
+
+    /// Runs an operator command of the binary against the test database; returns
+    /// whether it succeeded and its stdout and stderr.
+    pub fn cli(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_spendgate"))
+            .args(args)
+            .env("SPENDGATE_DATABASE_URL", &self.db.url)
+            .env("SPENDGATE_LOG", "warn")
+            .output()
+            .expect("run spendgate");
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
     }
 
     pub async fn login(&self, email: &str) -> Client {

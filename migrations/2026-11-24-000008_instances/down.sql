@@ -1,0 +1,2 @@
+ALTER TABLE idempotency_keys DROP COLUMN owner_instance;
+DROP TABLE instances;

@@ -1,0 +1,93 @@
+//! The heartbeat of live processes: each process refreshes its row in `instances`
+//! every [`HEARTBEAT_EVERY`]. A process whose row is older than [`STALE_AFTER_MS`]
+//! (or absent) is dead, and what it claimed (idempotency claims) is taken over at
+//! once instead of after a timeout.
+
+use std::time::Duration;
+
+use diesel::upsert::excluded;
+use diesel::{ExpressionMethods, OptionalExtension, QueryDsl};
+use diesel_async::RunQueryDsl;
+
+use crate::db::schema::instances;
+use crate::db::{DbError, DbResult, Pool};
+use crate::util::time;
+use crate::with_conn;
+
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// Several missed heartbeats: the process is gone (or cut off from the database).
+pub const STALE_AFTER_MS: i64 = 10_000;
+/// Rows of processes silent this long are deleted.
+const FORGET_AFTER_MS: i64 = 3_600_000;
+
+/// Records that `id` is alive now.
+pub async fn beat(pool: &Pool, id: &str, started_at: i64) -> DbResult<()> {
+    let now = time::now_ms();
+    with_conn!(pool, write, |conn| {
+        diesel::insert_into(instances::table)
+            .values((
+                instances::id.eq(id),
+                instances::started_at.eq(started_at),
+                instances::last_seen.eq(now),
+            ))
+            .on_conflict(instances::id)
+            .do_update()
+            .set(instances::last_seen.eq(excluded(instances::last_seen)))
+            .execute(conn)
+            .await
+            .map_err(DbError::from)?;
+        Ok(())
+    })
+}
+
+/// Whether process `id` has beaten within [`STALE_AFTER_MS`] of `now`.
+pub async fn is_alive(pool: &Pool, id: &str, now: i64) -> DbResult<bool> {
+    let last_seen: Option<i64> = with_conn!(pool, read, |conn| {
+        instances::table
+            .find(id)
+            .select(instances::last_seen)
+            .first(conn)
+            .await
+            .optional()
+            .map_err(DbError::from)
+    })?;
+    Ok(last_seen.is_some_and(|seen| now - seen <= STALE_AFTER_MS))
+}
+
+async fn forget_silent(pool: &Pool) -> DbResult<usize> {
+    let before = time::now_ms() - FORGET_AFTER_MS;
+    with_conn!(pool, write, |conn| {
+        diesel::delete(instances::table.filter(instances::last_seen.lt(before)))
+            .execute(conn)
+            .await
+            .map_err(DbError::from)
+    })
+}
+
+/// Beats once now (so this process is alive before it serves), then keeps beating
+/// on the current runtime; also prunes long-silent rows and expired idempotency
+/// records.
+pub async fn start(pool: Pool, id: String, started_at: i64) -> DbResult<()> {
+    beat(&pool, &id, started_at).await?;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+        let mut beats: u64 = 0;
+        loop {
+            tick.tick().await;
+            if let Err(e) = beat(&pool, &id, started_at).await {
+                tracing::warn!(error = %e, "heartbeat failed");
+            }
+            beats = beats.wrapping_add(1);
+            // About every ten minutes.
+            if beats.is_multiple_of(300) {
+                if let Err(e) = forget_silent(&pool).await {
+                    tracing::warn!(error = %e, "could not prune instances");
+                }
+                if let Err(e) = crate::idempotency::purge_expired(&pool).await {
+                    tracing::warn!(error = %e, "could not purge idempotency records");
+                }
+            }
+        }
+    });
+    Ok(())
+}
