@@ -29,6 +29,7 @@ fn main() -> ExitCode {
             Command::Serve { only, .. } => spendgate::serve(config, only).await.map_err(|e| e.to_string()),
             Command::Migrate => spendgate::cli::migrate(&config).await,
             Command::User { action } => spendgate::cli::user(&config, action).await,
+            Command::Pricing { action } => spendgate::cli::pricing(&config, action).await,
         }
     });
     match result {

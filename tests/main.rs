@@ -14,4 +14,5 @@ mod ingest;
 mod keys;
 mod mock_selftest;
 mod orgs;
+mod pricing;
 mod proxy;

@@ -922,6 +922,9 @@ impl Settlement {
             End::UpstreamFailed | End::TimedOut => "failed",
         };
         state.metrics.proxy_requests.with_label_values(&[provider.as_str(), outcome]).inc();
+        if p.price.is_none() {
+            state.unpriced.note(provider, &p.model);
+        }
         let (usage, cost, breakdown) = match (seen.end, seen.usage, p.price) {
             (End::Completed, Some(usage), Some(price)) => {
                 let b = pricing::cost(&price, &usage);
@@ -929,7 +932,8 @@ impl Settlement {
             }
             (End::Completed, Some(usage), None) => {
                 estimated("unknown_model", &mut internal);
-                (Some(usage), p.estimate, None)
+                let b = pricing::cost(&state.pricing.fallback_price(provider.as_str()), &usage);
+                (Some(usage), b.total, Some(b))
             }
             (End::Completed, None, _) => {
                 estimated("no_usage", &mut internal);
