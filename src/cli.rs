@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use crate::config::{Config, Overrides, SETTINGS};
 use crate::db;
 use crate::plans::Role;
+use crate::proxy::pricing::{self, PricingTable};
 use crate::Surface;
 
 #[derive(Debug, Parser)]
@@ -52,6 +53,11 @@ pub enum Command {
     },
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Inspect the model price table.
+    Pricing {
+        #[command(subcommand)]
+        action: PricingCommand,
+    },
     /// Manage dashboard users (works while the server runs on the same database).
     User {
         #[command(subcommand)]
@@ -74,6 +80,18 @@ pub enum OrgCommand {
         /// free, pro, scale or enterprise.
         #[arg(long)]
         plan: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PricingCommand {
+    /// Show the table's size and age, and the models of every organization charged at the
+    /// unknown-model price in the last 7 days that the table (with `pricing_file`) still
+    /// does not know. Exits 0 either way.
+    Check {
+        /// Print the report as JSON (the `pricing` object of `GET /v1/policy`).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -176,4 +194,48 @@ pub async fn user(config: &Config, action: UserCommand) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+pub async fn pricing(config: &Config, action: PricingCommand) -> Result<(), String> {
+    match action {
+        PricingCommand::Check { json } => {
+            let table = PricingTable::load(config.pricing_file.as_deref())?;
+            db::migrate(&config.database_url).await?;
+            let pool = db::Pool::connect(&config.database_url, 1)?;
+            let report = pricing::report::report(&pool, &table, None, crate::util::time::now_ms())
+                .await
+                .map_err(|e| e.to_string())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", render_report(&report, config.pricing_file.as_deref()));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The human-readable form of `spendgate pricing check`.
+fn render_report(report: &pricing::report::PricingReport, file: Option<&std::path::Path>) -> String {
+    let checked = match (&report.checked_at, report.age_days) {
+        (Some(day), Some(age)) => format!("prices checked {day} ({age} days ago)"),
+        _ => "prices never checked".to_owned(),
+    };
+    let source = file.map_or_else(|| "built in".to_owned(), |f| format!("built in + {}", f.display()));
+    let mut out = format!("pricing table: {} models ({source}), {checked}\n", report.models);
+    if report.unpriced_models.is_empty() {
+        out.push_str(&format!("no unpriced model seen in the last {} days\n", report.window_days));
+        return out;
+    }
+    out.push_str(&format!(
+        "{} unpriced model(s) seen in the last {} days, charged at their provider's fallback price:\n",
+        report.unpriced_models.len(),
+        report.window_days
+    ));
+    out.push_str(&format!("  {:<10} {:<40} {:>8}  {}\n", "PROVIDER", "MODEL", "CALLS", "LAST SEEN"));
+    for m in &report.unpriced_models {
+        let last = m.last_seen.as_deref().unwrap_or("-");
+        out.push_str(&format!("  {:<10} {:<40} {:>8}  {last}\n", m.provider, m.model, m.calls));
+    }
+    out
 }

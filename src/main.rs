@@ -30,6 +30,7 @@ fn main() -> ExitCode {
             Command::Migrate => spendgate::cli::migrate(&config).await,
             Command::User { action } => spendgate::cli::user(&config, action).await,
             Command::Org { action } => spendgate::cli::org(&config, action).await,
+            Command::Pricing { action } => spendgate::cli::pricing(&config, action).await,
         }
     });
     match result {

@@ -15,6 +15,9 @@ pub struct Metrics {
     /// Proxied calls charged at an estimate, by reason (`unknown_model`, `no_usage`,
     /// `cancelled`, `stream_error`).
     pub proxy_estimated: IntCounterVec,
+    /// Distinct (provider, model) pairs the price table does not know, counted when this
+    /// process first sees each (the log names the model; see `proxy::pricing::unpriced`).
+    pub unpriced_models: IntCounterVec,
     /// The accounting writer: `commits`, `events` committed, `commit_microseconds`
     /// spent committing (its rate over one second is the writer's busy fraction: near
     /// 1 it is the bottleneck), `failed_commits`.
@@ -49,6 +52,15 @@ impl Metrics {
         )
         .expect("valid counter");
         registry.register(Box::new(proxy_estimated.clone())).expect("unique counter");
+        let unpriced_models = IntCounterVec::new(
+            Opts::new(
+                "unpriced_models_total",
+                "Models missing from the price table (charged at the provider's fallback price), counted once per model per process",
+            ),
+            &["provider"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(unpriced_models.clone())).expect("unique counter");
         let accounting = IntCounterVec::new(
             Opts::new(
                 "accounting_total",
@@ -68,6 +80,7 @@ impl Metrics {
             registry_figures: registry_gauges,
             proxy_requests,
             proxy_estimated,
+            unpriced_models,
             accounting,
             accounting_queue,
         }

@@ -8,6 +8,7 @@ use crate::budgets::BudgetService;
 use crate::config::Config;
 use crate::db::Pool;
 use crate::metrics::Metrics;
+use crate::proxy::pricing::unpriced::UnpricedModels;
 use crate::proxy::pricing::PricingTable;
 use crate::ratelimit::RateLimiters;
 
@@ -25,6 +26,8 @@ pub struct Inner {
     pub metrics: Metrics,
     /// Model prices: the built-in table with the operator's file over it.
     pub pricing: Arc<PricingTable>,
+    /// Models missing from `pricing` that this process has seen (first-seen log and metric).
+    pub unpriced: UnpricedModels,
     /// Governed-request counters per organization (plan caps).
     pub plan_usage: crate::proxy::plan::PlanUsage,
     /// Identifies this process in shared reservations.
@@ -39,7 +42,8 @@ impl AppState {
     /// actors). Must run inside the actix system.
     pub fn new(config: Config, pool: Pool) -> Result<Self, String> {
         let metrics = Metrics::new();
-        let pricing = load_pricing(&config)?;
+        let pricing = PricingTable::load(config.pricing_file.as_deref())?;
+        let unpriced = UnpricedModels::new(metrics.unpriced_models.clone());
         let budgets = BudgetService::start(
             pool.clone(),
             actors::registry::RegistryConfig {
@@ -73,25 +77,13 @@ impl AppState {
             rate_limits,
             metrics,
             pricing: Arc::new(pricing),
+            unpriced,
             plan_usage: crate::proxy::plan::PlanUsage::default(),
             instance_id: crate::util::ids::new_id(),
             started_at_ms: crate::util::time::now_ms(),
             proxy_bound: std::sync::OnceLock::new(),
         })))
     }
-}
-
-/// The built-in price table, with the operator's `pricing_file` merged over it.
-fn load_pricing(config: &Config) -> Result<PricingTable, String> {
-    let mut table = PricingTable::builtin().map_err(|e| e.to_string())?;
-    if let Some(path) = &config.pricing_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read pricing_file {}: {e}", path.display()))?;
-        let overrides = PricingTable::from_json_str(&text)
-            .map_err(|e| format!("pricing_file {}: {e}", path.display()))?;
-        table.merge(overrides);
-    }
-    Ok(table)
 }
 
 impl AppState {

@@ -15,5 +15,6 @@ mod keys;
 mod mock_selftest;
 mod openapi;
 mod orgs;
+mod pricing;
 mod proxy;
 mod proxy_money;

@@ -47,6 +47,12 @@ pub struct PolicyView {
     cheapest_per_provider: std::collections::BTreeMap<String, CheapestModel>,
     cheapest_overall: Option<CheapestOverall>,
     restrictions_active: bool,
+    /// The price table's size and age, and the organization's models it could not
+    /// price in the last 7 days (`{ models, checked_at, age_days, window_days,
+    /// unpriced_models: [{ provider, model, calls, last_seen }] }`); null when the
+    /// database cannot be read.
+    #[schema(value_type = Option<Object>)]
+    pricing: Option<serde_json::Value>,
 }
 
 #[derive(ToSchema)]

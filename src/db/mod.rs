@@ -20,6 +20,7 @@ pub mod models;
 pub mod orgs;
 pub mod schema;
 pub mod shared_budgets;
+pub mod unpriced;
 pub mod users;
 
 use std::time::Duration;

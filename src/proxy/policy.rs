@@ -4,13 +4,16 @@
 //! Prices are integer microdollars per million tokens (`*_per_mtok`), like every money
 //! field of the service. `budget` is the tightest of the key's and its user's budgets
 //! (the ones every request of the key counts against), or `null` when neither has one.
+//! Beside the spec's fields, `pricing` tells the table's age and the models of the key's
+//! organization charged at the unknown-model price in the last days (see
+//! `pricing::report`); it is `null` when the database cannot be read.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use actors::budget::{next_period_start, BudgetSnapshot, EntityType};
 use actors::store::EntityKey;
 use serde_json::{json, Value};
 
-use super::pricing::{ModelPrice, Provider};
+use super::pricing::{report, ModelPrice, Provider};
 use crate::auth::keys::KeyIdentity;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -82,6 +85,13 @@ pub async fn policy_of(state: &AppState, key: &KeyIdentity) -> Result<Value, Api
         })
         .collect();
     let restrictions_active = key.allowed_models.is_some() || key.allowed_providers.is_some();
+    let pricing = match report::report(&state.pool, &state.pricing, Some(&key.org_id), time::now_ms()).await {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the unpriced models for the policy document");
+            None
+        }
+    };
     Ok(json!({
         "budget": budget,
         "allowed_models": key.allowed_models.clone().unwrap_or(models),
@@ -94,6 +104,7 @@ pub async fn policy_of(state: &AppState, key: &KeyIdentity) -> Result<Value, Api
             "output_per_mtok": price.output,
         })),
         "restrictions_active": restrictions_active,
+        "pricing": pricing,
     }))
 }
 
@@ -104,7 +115,7 @@ fn rank<'a>(price: &ModelPrice, model: &'a str) -> (i64, &'a str) {
 
 /// `GET /v1/policy`.
 #[utoipa::path(get, path = "/v1/policy", tag = "proxy", security(("serviceKey" = [])),
-    description = "The key's budget, allowed models and providers, and the cheapest allowed models.",
+    description = "The key's budget, allowed models and providers, the cheapest allowed models, and the price table's age with the organization's unpriced models.",
     responses((status = 200, body = crate::api::schemas::PolicyView)))]
 pub async fn get_policy(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let key = super::key_of(&req, &state).await?;

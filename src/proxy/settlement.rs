@@ -41,12 +41,13 @@ pub struct Settlement {
     pub record_bodies: bool,
 }
 
-/// The cost of a call and the `_svc_` reasons it was estimated for.
+/// The cost of a call and the `_svc_` reasons it was estimated for (none: charged
+/// its usage at its own price).
 struct Charge {
     cost: i64,
     usage: Option<Usage>,
     breakdown: Option<pricing::CostBreakdown>,
-    estimated: Option<&'static str>,
+    estimated: Vec<&'static str>,
 }
 
 impl Settlement {
@@ -71,7 +72,7 @@ impl Settlement {
         };
         state.metrics.proxy_requests.with_label_values(&[a.provider.as_str(), outcome]).inc();
         let charge = charge(&state, a, self.estimate, &seen);
-        if let Some(reason) = charge.estimated {
+        for reason in &charge.estimated {
             state.metrics.proxy_estimated.with_label_values(&[reason]).inc();
         }
         let event = self.event(&seen, &charge);
@@ -92,7 +93,7 @@ impl Settlement {
         let a = &self.admitted;
         let now = time::now_ms();
         let mut tags = a.effective_tags.clone();
-        if let Some(reason) = charge.estimated {
+        for reason in &charge.estimated {
             tags.insert("_svc_estimated".to_owned(), "true".to_owned());
             tags.insert(format!("_svc_{reason}"), "true".to_owned());
         }
@@ -150,29 +151,37 @@ impl Settlement {
     }
 }
 
-/// The rules in the module documentation.
+/// The rules in the module documentation. A model the table does not know is also
+/// noted (a warning and a metric the first time), and tagged whatever else happened.
 fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge {
+    let unknown = a.price.is_none();
+    if unknown {
+        state.unpriced.note(a.provider, &a.model);
+    }
     let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.provider.as_str()));
     let priced = |u: Usage| {
         let b = pricing::cost(&price, &u);
         (b.total, b)
     };
-    let at_least_estimate = |reason| {
-        let partial = seen.usage.map_or(0, |u| priced(u).0);
-        Charge { cost: partial.max(estimate), usage: seen.usage, breakdown: None, estimated: Some(reason) }
-    };
-    match (seen.end, seen.usage) {
+    let mut charge = match (seen.end, seen.usage) {
         (End::Completed, Some(usage)) => {
             let (cost, breakdown) = priced(usage);
-            let estimated = a.price.is_none().then_some("unknown_model");
-            Charge { cost, usage: Some(usage), breakdown: Some(breakdown), estimated }
+            Charge { cost, usage: Some(usage), breakdown: Some(breakdown), estimated: Vec::new() }
         }
-        (End::Completed, None) => {
-            Charge { cost: estimate, usage: None, breakdown: None, estimated: Some("no_usage") }
+        (end, usage) => {
+            let reason = match end {
+                End::Completed => "no_usage",
+                End::Cancelled => "cancelled",
+                End::UpstreamFailed | End::TimedOut | End::Incomplete => "stream_error",
+            };
+            let partial = usage.map_or(0, |u| priced(u).0);
+            Charge { cost: partial.max(estimate), usage, breakdown: None, estimated: vec![reason] }
         }
-        (End::Cancelled, _) => at_least_estimate("cancelled"),
-        (End::UpstreamFailed | End::TimedOut | End::Incomplete, _) => at_least_estimate("stream_error"),
+    };
+    if unknown {
+        charge.estimated.push("unknown_model");
     }
+    charge
 }
 
 fn body_record(row: &crate::db::models::CostEvent, request: &[u8], seen: &Seen, now: i64) -> CostEventBody {

@@ -1,0 +1,197 @@
+//! Table-driven checks of the shipped prices, one case list per model family: plain
+//! calls, cache reads, cache writes (5 minutes and 1 hour), reasoning, and prompts just
+//! at and just above the long-context threshold. Every expected figure is worked out by
+//! hand from the provider's price page (see docs/pricing.md), not from the table.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::table::tests::builtin;
+use super::{cost, Usage};
+
+/// One call: input (all prompt tokens), cache reads, 5m writes, 1h writes, output,
+/// reasoning.
+type Tokens = (u64, u64, u64, u64, u64, u64);
+
+fn usage((input, cached, w5, w1, output, reasoning): Tokens) -> Usage {
+    Usage {
+        input_tokens: input,
+        cached_input_tokens: cached,
+        cache_write_5m_tokens: w5,
+        cache_write_1h_tokens: w1,
+        output_tokens: output,
+        reasoning_tokens: reasoning,
+    }
+}
+
+/// Checks `(provider, model, tokens, expected µ$)` cases against the builtin table.
+fn check(cases: &[(&str, &str, Tokens, i64)]) {
+    let table = builtin();
+    for &(provider, model, tokens, expected) in cases {
+        let (_, price) =
+            table.lookup(provider, model).unwrap_or_else(|| panic!("{provider}/{model} unpriced"));
+        assert_eq!(cost(price, &usage(tokens)).total, expected, "{provider}/{model} {tokens:?}");
+    }
+}
+
+/// 100,000 prompt and 100,000 output tokens, nothing cached.
+const PLAIN: Tokens = (100_000, 0, 0, 0, 100_000, 0);
+
+#[test]
+fn claude_opus_4_and_4_1() {
+    for model in ["claude-opus-4-1", "claude-opus-4-1-20250805", "claude-opus-4-0", "claude-opus-4-20250514"]
+    {
+        check(&[
+            ("anthropic", model, PLAIN, 1_500_000 + 7_500_000),
+            // 1,000 uncached × $15 + 10,000 reads × $1.50 + 2,000 × $18.75 + 3,000 × $30.
+            ("anthropic", model, (16_000, 10_000, 2_000, 3_000, 0, 0), 15_000 + 15_000 + 37_500 + 90_000),
+            // Thinking is billed as output.
+            ("anthropic", model, (0, 0, 0, 0, 1_000, 1_000), 75_000),
+            // No long-context tier.
+            ("anthropic", model, (300_000, 0, 0, 0, 0, 0), 4_500_000),
+        ]);
+    }
+}
+
+#[test]
+fn claude_sonnet_4_and_4_5_long_context() {
+    for model in
+        ["claude-sonnet-4-20250514", "claude-sonnet-4-0", "claude-sonnet-4-5", "claude-sonnet-4-5-20250929"]
+    {
+        check(&[
+            ("anthropic", model, PLAIN, 300_000 + 1_500_000),
+            ("anthropic", model, (16_000, 10_000, 2_000, 3_000, 0, 0), 3_000 + 3_000 + 7_500 + 18_000),
+            // At the threshold: 200,000 prompt tokens, reads and writes included, flat rates.
+            // 100,000 × $3 + 50,000 × $0.30 + 30,000 × $3.75 + 20,000 × $6 + 1,000 × $15.
+            (
+                "anthropic",
+                model,
+                (200_000, 50_000, 30_000, 20_000, 1_000, 0),
+                300_000 + 15_000 + 112_500 + 120_000 + 15_000,
+            ),
+            // One more uncached token: every token at $6 / $0.60 / $7.50 / $12 / $22.50.
+            (
+                "anthropic",
+                model,
+                (200_001, 50_000, 30_000, 20_000, 1_000, 0),
+                600_006 + 30_000 + 225_000 + 240_000 + 22_500,
+            ),
+            // The threshold counts cache reads: 150,001 reads push a 50,000 prompt over.
+            ("anthropic", model, (200_001, 150_001, 0, 0, 0, 0), 300_000 + 90_001),
+        ]);
+    }
+}
+
+#[test]
+fn claude_sonnet_3_7_and_haiku_3_5_and_3() {
+    for model in ["claude-3-7-sonnet-20250219", "claude-3-7-sonnet-latest"] {
+        check(&[
+            ("anthropic", model, PLAIN, 1_800_000),
+            ("anthropic", model, (16_000, 10_000, 2_000, 3_000, 0, 0), 3_000 + 3_000 + 7_500 + 18_000),
+            ("anthropic", model, (300_000, 0, 0, 0, 0, 0), 900_000),
+        ]);
+    }
+    for model in ["claude-3-5-haiku-20241022", "claude-3-5-haiku-latest"] {
+        check(&[
+            ("anthropic", model, PLAIN, 80_000 + 400_000),
+            // 1,000 × $0.80 + 10,000 × $0.08 + 2,000 × $1 + 3,000 × $1.60.
+            ("anthropic", model, (16_000, 10_000, 2_000, 3_000, 0, 0), 800 + 800 + 2_000 + 4_800),
+        ]);
+    }
+    check(&[
+        ("anthropic", "claude-3-haiku-20240307", PLAIN, 25_000 + 125_000),
+        // Haiku 3's cache writes are $0.30 / $0.50, not 1.25× / 2× of $0.25.
+        (
+            "anthropic",
+            "claude-3-haiku-20240307",
+            (16_000, 10_000, 2_000, 3_000, 0, 0),
+            250 + 300 + 600 + 1_500,
+        ),
+    ]);
+}
+
+#[test]
+fn claude_4_5_and_later_keep_their_prices() {
+    check(&[
+        ("anthropic", "claude-opus-4-5-20251101", PLAIN, 3_000_000),
+        (
+            "anthropic",
+            "claude-haiku-4-5-20251001",
+            (16_000, 10_000, 2_000, 3_000, 0, 0),
+            1_000 + 1_000 + 2_500 + 6_000,
+        ),
+        ("anthropic", "claude-sonnet-4-6", (300_000, 0, 0, 0, 0, 0), 900_000),
+        // Haiku 5.5 bills prompts over 100,000 tokens at 5×.
+        ("anthropic", "claude-haiku-5-5", (100_000, 0, 0, 0, 1_000, 0), 10_000 + 500),
+        ("anthropic", "claude-haiku-5-5", (100_001, 0, 0, 0, 1_000, 0), 50_001 + 2_500),
+    ]);
+}
+
+#[test]
+fn openai_gpt_4o_and_4_1() {
+    // 10,000 prompt tokens of which 4,000 cached, 1,000 output.
+    let cached = (10_000, 4_000, 0, 0, 1_000, 0);
+    check(&[
+        ("openai", "gpt-4o", cached, 15_000 + 5_000 + 10_000),
+        ("openai", "gpt-4o-2024-11-20", cached, 15_000 + 5_000 + 10_000),
+        ("openai", "gpt-4o-2024-05-13", cached, 50_000 + 15_000),
+        ("openai", "gpt-4o-mini", cached, 900 + 300 + 600),
+        ("openai", "gpt-4o-mini-2024-07-18", cached, 900 + 300 + 600),
+        ("openai", "gpt-4.1", cached, 12_000 + 2_000 + 8_000),
+        ("openai", "gpt-4.1-mini", cached, 2_400 + 400 + 1_600),
+        ("openai", "gpt-4.1-mini-2025-04-14", cached, 2_400 + 400 + 1_600),
+        ("openai", "gpt-4.1-nano", cached, 600 + 100 + 400),
+        // No long-context tier.
+        ("openai", "gpt-4.1", (500_000, 0, 0, 0, 0, 0), 1_000_000),
+    ]);
+}
+
+#[test]
+fn openai_reasoning_models() {
+    // 10,000 prompt (4,000 cached), 3,000 output of which 2,000 reasoning.
+    let call = (10_000, 4_000, 0, 0, 3_000, 2_000);
+    check(&[
+        ("openai", "o1", call, 90_000 + 30_000 + 180_000),
+        ("openai", "o1-2024-12-17", call, 90_000 + 30_000 + 180_000),
+        ("openai", "o3", call, 12_000 + 2_000 + 24_000),
+        ("openai", "o3-mini", call, 6_600 + 2_200 + 13_200),
+        ("openai", "o3-mini-2025-01-31", call, 6_600 + 2_200 + 13_200),
+        ("openai", "o4-mini", call, 6_600 + 1_100 + 13_200),
+        ("openai", "o4-mini-2025-04-16", call, 6_600 + 1_100 + 13_200),
+    ]);
+}
+
+#[test]
+fn openai_gpt_5_4_and_5_5_long_context_above_272k() {
+    check(&[
+        // 272,000 prompt tokens (72,000 cached): flat $2.50 / $0.25 / $15.
+        ("openai", "gpt-5.4", (272_000, 72_000, 0, 0, 1_000, 500), 500_000 + 18_000 + 15_000),
+        // Above: $5 / $0.50 / $22.50 for the whole call, reasoning included.
+        ("openai", "gpt-5.4-2026-03-05", (272_001, 72_000, 0, 0, 1_000, 500), 1_000_005 + 36_000 + 22_500),
+        ("openai", "gpt-5.5", (272_000, 0, 0, 0, 1_000, 0), 1_360_000 + 30_000),
+        ("openai", "gpt-5.5", (272_001, 0, 0, 0, 1_000, 0), 2_720_010 + 45_000),
+        // gpt-5 has no tier.
+        ("openai", "gpt-5", (400_000, 0, 0, 0, 0, 0), 500_000),
+    ]);
+}
+
+#[test]
+fn gemini_2_0_and_2_5() {
+    // 10,000 prompt (4,000 cached), 3,000 output of which 2,000 thinking.
+    let call = (10_000, 4_000, 0, 0, 3_000, 2_000);
+    check(&[
+        ("google", "gemini-2.0-flash", call, 600 + 100 + 1_200),
+        ("google", "gemini-2.0-flash-001", call, 600 + 100 + 1_200),
+        // Flash-Lite 2.0 has no cache discount.
+        ("google", "gemini-2.0-flash-lite", call, 750 + 900),
+        ("google", "gemini-2.0-flash-lite-001", call, 750 + 900),
+        ("google", "gemini-2.5-flash", call, 1_800 + 120 + 7_500),
+        ("google", "models/gemini-2.5-flash-preview-09-2025", call, 1_800 + 120 + 7_500),
+        ("google", "gemini-2.5-flash-lite", call, 600 + 40 + 1_200),
+        ("google", "gemini-2.5-pro", call, 7_500 + 500 + 30_000),
+        // Pro's tier: prompt (cached included) above 200,000.
+        ("google", "gemini-2.5-pro", (200_000, 100_000, 0, 0, 1_000, 400), 125_000 + 12_500 + 10_000),
+        ("google", "gemini-2.5-pro", (200_001, 100_000, 0, 0, 1_000, 400), 250_003 + 25_000 + 15_000),
+        // Flash has none.
+        ("google", "gemini-2.5-flash", (300_000, 0, 0, 0, 0, 0), 90_000),
+    ]);
+}
