@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use crate::config::{Config, Overrides, SETTINGS};
 use crate::db;
 use crate::plans::Role;
-use crate::proxy::pricing::{self, PricingTable};
+use crate::pricing::{self, PricingTable};
 use crate::Surface;
 
 #[derive(Debug, Parser)]

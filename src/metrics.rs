@@ -16,7 +16,7 @@ pub struct Metrics {
     /// `cancelled`, `stream_error`).
     pub proxy_estimated: IntCounterVec,
     /// Distinct (provider, model) pairs the price table does not know, counted when this
-    /// process first sees each (the log names the model; see `proxy::pricing::unpriced`).
+    /// process first sees each (the log names the model; see `pricing::unpriced`).
     pub unpriced_models: IntCounterVec,
     /// The accounting writer: `commits`, `events` committed, `commit_microseconds`
     /// spent committing (its rate over one second is the writer's busy fraction: near

@@ -8,8 +8,8 @@ use crate::budgets::BudgetService;
 use crate::config::Config;
 use crate::db::Pool;
 use crate::metrics::Metrics;
-use crate::proxy::pricing::unpriced::UnpricedModels;
-use crate::proxy::pricing::PricingTable;
+use crate::pricing::unpriced::UnpricedModels;
+use crate::pricing::PricingTable;
 use crate::ratelimit::RateLimiters;
 
 /// Shared, cheaply cloneable application state.

@@ -5,10 +5,10 @@ use actix_web::{get, web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::api::openapi::Page;
 use crate::auth::session::SessionAuth;
 use crate::db::{self, models::AuditEvent};
 use crate::error::ApiError;
+use crate::openapi::shared::Page;
 use crate::plans::Role;
 use crate::state::AppState;
 use crate::util::{pagination, time};

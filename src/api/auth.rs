@@ -4,11 +4,11 @@
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 
-use crate::api::openapi::Data;
 use crate::auth::session::{clear_cookie, resolve_org, session_cookie, SessionUser};
 use crate::auth::{password, random_hex, sha256_hex, users};
 use crate::db::{self, models::Session};
 use crate::error::{ApiError, ErrorCode};
+use crate::openapi::shared::Data;
 use crate::state::AppState;
 use crate::util::json::JsonBody;
 use crate::util::{ids, time};

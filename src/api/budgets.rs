@@ -19,12 +19,12 @@ use serde_json::{json, Value};
 
 use crate::auth::keys::KeyAuth;
 use crate::auth::session::SessionAuth;
+use crate::auth::INTERNAL_SECRET_HEADER as SECRET_HEADER;
 use crate::budgets::EntityRef;
 use crate::db::budgets::{SpendFilter, Upserted};
 use crate::db::{self, models::Budget};
 use crate::error::{ApiError, ErrorCode, Issues};
 use crate::plans::Role;
-use crate::proxy::internal::SECRET_HEADER;
 use crate::state::AppState;
 use crate::util::bounds::{check_range, MAX_BUDGET_MICRODOLLARS};
 use crate::util::json::JsonBody;

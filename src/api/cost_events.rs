@@ -27,7 +27,6 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::openapi::Data;
 use crate::api::schemas::EventBodies;
 use crate::auth::session::SessionAuth;
 use crate::db::cost_event_queries::{
@@ -35,6 +34,7 @@ use crate::db::cost_event_queries::{
     DAY_MS,
 };
 use crate::error::{ApiError, ErrorCode, Issues};
+use crate::openapi::shared::Data;
 use crate::plans::Role;
 use crate::state::AppState;
 use crate::util::pagination::{self, Cursor};
@@ -684,7 +684,7 @@ fn event_filter(q: ListEventsQuery, query_string: &str) -> Result<EventFilter, A
     check_len(&mut issues, "sessionId", q.session_id.as_deref(), MAX_SESSION_ID_CHARS);
     check_one_of(&mut issues, "source", q.source.as_deref(), SOURCES);
     check_one_of(&mut issues, "budgetStatus", q.budget_status.as_deref(), BUDGET_STATUSES);
-    if q.trace_id.as_deref().is_some_and(|t| !crate::proxy::trace::is_trace_id(t)) {
+    if q.trace_id.as_deref().is_some_and(|t| !crate::util::validate::is_trace_id(t)) {
         issues.push(&["traceId"], "must be 32 lowercase hex characters, not all zeros");
     }
     let api_key_id = match q.api_key_id.as_deref() {

@@ -10,16 +10,16 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::accounting::event::{self, Dedup, EventSpec};
-use crate::api::openapi::Data;
 use crate::api::schemas::{BatchIngested, IngestedEvent};
 use crate::auth::keys::{KeyAuth, KeyIdentity};
 use crate::db::cost_events::{NewCostEvent, Outcome};
 use crate::error::{ApiError, Issues};
 use crate::idempotency;
-use crate::proxy::trace::is_trace_id;
+use crate::openapi::shared::Data;
 use crate::state::AppState;
 use crate::util::bounds::{MAX_EVENT_COST_MICRODOLLARS, MAX_EVENT_DURATION_MS, MAX_EVENT_TOKENS};
 use crate::util::json::JsonBody;
+use crate::util::validate::is_trace_id;
 use crate::util::validate::{check_tags, is_customer_id};
 use crate::util::{ids, time};
 

@@ -12,13 +12,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::api::openapi::Data;
 use crate::auth::keys::{generate_raw_key, key_prefix, stored_list, stored_tags, KeyAuth};
 use crate::auth::session::SessionAuth;
 use crate::auth::sha256_hex;
 use crate::db::keys::{Inserted, KeyChanges};
 use crate::db::{self, models::ApiKey};
 use crate::error::{ApiError, ErrorCode, Issues};
+use crate::openapi::shared::Data;
 use crate::plans::Role;
 use crate::state::AppState;
 use crate::util::json::{double_option, JsonBody};

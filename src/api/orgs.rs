@@ -11,13 +11,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::api::openapi::{Data, Page};
 use crate::auth::session::{SessionAuth, SessionUser};
 use crate::auth::{random_hex, sha256_hex};
 use crate::db::models::{Invitation, Organization};
 use crate::db::orgs::{AcceptOutcome, Departure, InviteOutcome, Member, OrgChanges, TransferOutcome};
 use crate::db::{self};
 use crate::error::{ApiError, ErrorCode, Issues};
+use crate::openapi::shared::{Data, Page};
 use crate::plans::{PlanLimits, Role};
 use crate::state::AppState;
 use crate::util::json::{double_option, JsonBody};

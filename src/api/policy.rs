@@ -9,10 +9,10 @@ use crate::state::AppState;
 
 #[utoipa::path(get, path = "/api/policy", tag = "policy", security(("serviceKey" = [])),
     description = "The key's budget, allowed models and providers, and the cheapest allowed models.",
-    responses((status = 200, body = crate::api::schemas::PolicyView)))]
+    responses((status = 200, body = crate::policy::PolicyView)))]
 #[get("/policy")]
 pub async fn get_policy(state: web::Data<AppState>, key: KeyAuth) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(crate::proxy::policy::policy_of(&state, &key.0).await?))
+    Ok(HttpResponse::Ok().json(crate::policy::policy_of(&state, &key.0).await?))
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

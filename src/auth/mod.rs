@@ -5,6 +5,10 @@ pub mod password;
 pub mod session;
 pub mod users;
 
+/// The header carrying the shared secret of the proxy's internal routes
+/// (`internal_secret`); the control plane sends it when it relays to them.
+pub const INTERNAL_SECRET_HEADER: &str = "x-internal-secret";
+
 use sha2::{Digest, Sha256};
 
 /// Lowercase hex SHA-256, used for everything stored as a hash of a secret token

@@ -9,10 +9,10 @@ use actix_web::http::header;
 use actix_web::HttpRequest;
 
 use super::admission::Admitted;
-use super::pricing::Provider;
 use super::upstream;
 use super::usage;
 use crate::error::{ApiError, ErrorCode};
+use crate::pricing::Provider;
 use crate::state::AppState;
 
 /// The provider's answer body.

@@ -20,7 +20,7 @@ use crate::util::ids;
 use crate::util::json::{check_content_length, parse, read_body, require_json_content_type};
 
 /// The header carrying the shared secret.
-pub const SECRET_HEADER: &str = "x-internal-secret";
+use crate::auth::INTERNAL_SECRET_HEADER as SECRET_HEADER;
 /// Internal bodies are three short strings.
 const MAX_INTERNAL_BODY_BYTES: usize = 16 * 1024;
 /// The longest entity id of any type (a tag: 64 + 1 + 256 characters, in bytes at

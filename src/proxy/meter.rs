@@ -17,8 +17,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 
-use super::pricing::{Provider, Usage};
 use super::usage::{self, StreamUsage, ToolCall};
+use crate::pricing::{Provider, Usage};
 
 /// Bytes of a non-streaming body kept for reading usage (larger bodies are passed
 /// through and charged the estimate).

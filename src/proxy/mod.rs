@@ -14,7 +14,6 @@ pub mod openapi;
 pub mod peer;
 pub mod plan;
 pub mod policy;
-pub mod pricing;
 pub mod reservation;
 pub mod route;
 pub mod settlement;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use utoipa::ToSchema;
 
-use crate::api::openapi::Data;
+use crate::openapi::shared::Data;
 
 /// A provider request or response in the provider's native format, passed through
 /// unmodified.

@@ -27,13 +27,13 @@ use super::admission::{self, Admitted};
 use super::denial::{proximity, DENIED};
 use super::forward::{self, Forwarded};
 use super::meter::{Metered, Seen};
-use super::pricing::{self, Provider};
 use super::reservation::{Ask, Reservation};
 use super::settlement::Settlement;
 use super::trace::ResolvedTrace;
 use super::upstream::{self, Route};
 use crate::accounting::targets::entity_keys;
 use crate::error::{ApiError, ErrorCode};
+use crate::pricing::{self, Provider};
 use crate::state::AppState;
 
 /// Steps timed for `Server-Timing`.

@@ -21,11 +21,11 @@ use serde_json::json;
 
 use super::admission::Admitted;
 use super::meter::{End, Seen, MAX_BODY_RECORD};
-use super::pricing::{self, Provider, Usage};
 use super::reservation::Reservation;
 use crate::accounting::event::{self, Dedup, EventSpec};
 use crate::db::cost_events::NewCostEvent;
 use crate::db::models::CostEventBody;
+use crate::pricing::{self, Provider, Usage};
 use crate::state::AppState;
 use crate::util::time;
 

@@ -12,18 +12,8 @@ pub struct ResolvedTrace {
     pub traceparent: Option<String>,
 }
 
-fn is_lower_hex(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-fn all_zeros(s: &str) -> bool {
-    s.bytes().all(|b| b == b'0')
-}
-
-/// A valid 32-lowercase-hex trace id that is not all zeros.
-pub fn is_trace_id(s: &str) -> bool {
-    is_lower_hex(s, 32) && !all_zeros(s)
-}
+pub use crate::util::validate::is_trace_id;
+use crate::util::validate::{all_zeros, is_lower_hex};
 
 /// Parses `{version}-{trace-id}-{span-id}-{flags}`; returns the trace id.
 pub fn parse_traceparent(value: &str) -> Option<&str> {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::pricing::Provider;
 use crate::config::Config;
+use crate::pricing::Provider;
 
 /// The provider routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,6 +48,19 @@ pub fn trimmed_name(raw: &str, min: usize, max: usize) -> Option<String> {
     (n >= min && n <= max).then(|| t.to_owned())
 }
 
+pub fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+pub fn all_zeros(s: &str) -> bool {
+    s.bytes().all(|b| b == b'0')
+}
+
+/// A valid 32-lowercase-hex trace id that is not all zeros.
+pub fn is_trace_id(s: &str) -> bool {
+    is_lower_hex(s, 32) && !all_zeros(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::{remember, ProviderUsage, Text, ToolCall};
-use crate::proxy::pricing::Usage;
+use crate::pricing::Usage;
 
 // ---------------------------------------------------------------------------------------
 // Anthropic messages

@@ -4,7 +4,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::{remember, ProviderUsage, Text, ToolCall};
-use crate::proxy::pricing::Usage;
+use crate::pricing::Usage;
 
 // ---------------------------------------------------------------------------------------
 // Gemini generateContent

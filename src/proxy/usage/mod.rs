@@ -30,7 +30,7 @@ pub use request::{
 };
 pub use sse::{SseEvent, SseParser, MAX_SSE_EVENT_BYTES};
 
-use super::pricing::{Provider, Usage};
+use crate::pricing::{Provider, Usage};
 
 // ---------------------------------------------------------------------------------------
 // Shared pieces

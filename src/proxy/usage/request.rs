@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::Text;
-use crate::proxy::pricing::Provider;
+use crate::pricing::Provider;
 
 // ---------------------------------------------------------------------------------------
 // Requests

@@ -145,8 +145,8 @@ pub(super) fn clamp_to_i64(value: i128) -> i64 {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::proxy::pricing::table::tests::{builtin, price};
-    use crate::proxy::pricing::Provider;
+    use crate::pricing::table::tests::{builtin, price};
+    use crate::pricing::Provider;
 
     // ---- cost ----
 

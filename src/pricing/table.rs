@@ -56,7 +56,7 @@ pub struct PricingTable {
 }
 
 impl PricingTable {
-    /// The table shipped with the binary (`src/proxy/pricing.json`).
+    /// The table shipped with the binary (`src/pricing/pricing.json`).
     ///
     /// # Errors
     ///
@@ -290,7 +290,7 @@ fn is_date(suffix: &[u8], shape: &[u8]) -> bool {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 pub(super) mod tests {
     use super::*;
-    use crate::proxy::pricing::{cost, Usage};
+    use crate::pricing::{cost, Usage};
 
     pub(crate) fn builtin() -> PricingTable {
         PricingTable::builtin().expect("builtin table parses")
