@@ -9,13 +9,12 @@
 
 use std::time::Duration;
 
-use actors::budget::{next_period_start, period_start, ResetInterval};
+use actors::budget::ResetInterval;
 use diesel::{ExpressionMethods, QueryDsl, SelectableHelper};
 use diesel_async::RunQueryDsl;
-use serde_json::json;
 
 use crate::budgets::{BudgetService, EntityRef};
-use crate::db::cost_events::outbox_event;
+use crate::db::cost_events::{period_due, reset_event};
 use crate::db::models::Budget;
 use crate::db::schema::{budgets, event_outbox};
 use crate::db::{DbError, DbResult, Pool};
@@ -26,9 +25,7 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The new period start when `row`'s period has elapsed at `now`.
 pub fn due(row: &Budget, now: i64) -> Option<(ResetInterval, i64)> {
-    let interval: ResetInterval = row.reset_interval.as_deref()?.parse().ok()?;
-    let start = row.current_period_start?;
-    (now >= next_period_start(interval, start)).then(|| (interval, period_start(interval, now)))
+    period_due(row.reset_interval.as_deref(), row.current_period_start, now)
 }
 
 /// Resets every due budget; returns the entities that were reset.
@@ -46,17 +43,13 @@ pub async fn roll_due(pool: &Pool, now: i64) -> DbResult<Vec<EntityRef>> {
     for row in rows {
         let Some((interval, new_start)) = due(&row, now) else { continue };
         let old_start = row.current_period_start;
-        let event = outbox_event(
-            &row.org_id,
-            "budget.reset",
-            json!({
-                "budget_entity_type": row.entity_type,
-                "budget_entity_id": row.entity_id,
-                "budget_limit_microdollars": row.max_budget_microdollars,
-                "previous_spend_microdollars": row.spend_microdollars,
-                "new_period_start": time::iso(new_start),
-                "reset_interval": interval.as_str(),
-            }),
+        let entity = (row.org_id.as_str(), row.entity_type.as_str(), row.entity_id.as_str());
+        let event = reset_event(
+            entity,
+            row.max_budget_microdollars,
+            row.spend_microdollars,
+            interval,
+            new_start,
             now,
         );
         let id = row.id.clone();

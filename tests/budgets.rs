@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{create_key, read, Client, Resp, TestApp, TestDb, PASSWORD};
+use crate::support::{create_key, key_client, read, Client, Resp, TestApp, TestDb, PASSWORD};
 
 const OWNER_ORG: &str = "owner@example.com's organization";
 const SECRET: &str = "internal-test-secret";
@@ -1117,4 +1117,30 @@ async fn openapi_lists_the_budget_and_internal_routes() {
     ] {
         assert!(paths[path][method].is_object(), "{method} {path} missing");
     }
+}
+
+/// Spend committed after a period boundary but before the sweep counts in the new
+/// period: the commit rolls the period itself, and the sweep then has nothing to do.
+#[tokio::test]
+async fn spend_after_a_period_boundary_counts_in_the_new_period_before_the_sweep() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (key_id, raw) = create_key(&owner, "sdk").await;
+    let sdk = key_client(&app.server.control, &raw);
+    let budget = upsert_ok(
+        &owner,
+        json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 1_000_000,
+            "policy": "warn", "resetInterval": "daily" }),
+    )
+    .await;
+    assert_eq!(sdk.post("/api/cost-events", crate::support::event(300)).await.status, 201);
+    // The day ends: the period started a day earlier than it did.
+    app.exec_sql("UPDATE budgets SET current_period_start = current_period_start - 86400000").await;
+    assert_eq!(sdk.post("/api/cost-events", crate::support::event(50)).await.status, 201);
+    let listed = owner.get("/api/budgets").await;
+    let row =
+        listed.body["data"].as_array().unwrap().iter().find(|b| b["id"] == budget["id"]).unwrap().clone();
+    assert_eq!(row["spendMicrodollars"], 50, "only the new period's spend: {row}");
+    assert!(ms(&row["currentPeriodStart"]) > ms(&budget["currentPeriodStart"]) - 86_400_000, "{row}");
+    assert_eq!(app.outbox_count("budget.reset").await, 1);
 }

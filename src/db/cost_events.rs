@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use actors::budget::{next_period_start, period_start, ResetInterval};
+
 use crate::db::models::{CostEvent, CostEventTag, OutboxEvent};
 use crate::db::schema::{budgets, cost_event_bodies, cost_event_tags, cost_events, event_outbox};
 use crate::db::{DbResult, Pool};
@@ -119,6 +121,39 @@ pub async fn insert_outbox(pool: &Pool, rows: Vec<OutboxEvent>) -> DbResult<()> 
     })
 }
 
+/// The new period start when a budget's period (`interval`, started at `start`) has
+/// ended at `now`.
+pub fn period_due(interval: Option<&str>, start: Option<i64>, now: i64) -> Option<(ResetInterval, i64)> {
+    let interval: ResetInterval = interval?.parse().ok()?;
+    (now >= next_period_start(interval, start?)).then(|| (interval, period_start(interval, now)))
+}
+
+/// `budget.reset` of a budget (organization, entity type, entity id) whose period
+/// ended with `previous_spend`.
+pub fn reset_event(
+    target: (&str, &str, &str),
+    limit: i64,
+    previous_spend: i64,
+    interval: ResetInterval,
+    new_start: i64,
+    now: i64,
+) -> OutboxEvent {
+    let (org_id, entity_type, entity_id) = target;
+    outbox_event(
+        org_id,
+        "budget.reset",
+        serde_json::json!({
+            "budget_entity_type": entity_type,
+            "budget_entity_id": entity_id,
+            "budget_limit_microdollars": limit,
+            "previous_spend_microdollars": previous_spend,
+            "new_period_start": crate::util::time::iso(new_start),
+            "reset_interval": interval.as_str(),
+        }),
+        now,
+    )
+}
+
 /// Threshold percentages crossed upward when spend moved from `before` to `after`.
 pub fn crossed_thresholds(thresholds: &[i64], limit: i64, before: i64, after: i64) -> Vec<i64> {
     let (limit, before, after) = (i128::from(limit), i128::from(before), i128::from(after));
@@ -189,17 +224,45 @@ macro_rules! commit_statements {
             if added == 0 {
                 continue;
             }
-            let updated: Vec<(i64, i64, String)> = diesel::update(
+            let updated: Vec<(i64, i64, String, Option<String>, Option<i64>)> = diesel::update(
                 budgets::table
                     .filter(budgets::org_id.eq(&target.org_id))
                     .filter(budgets::entity_type.eq(target.entity_type))
                     .filter(budgets::entity_id.eq(&target.entity_id)),
             )
             .set((budgets::spend_microdollars.eq(saturating_add_spend(added)), budgets::updated_at.eq($now)))
-            .returning((budgets::spend_microdollars, budgets::max_budget_microdollars, budgets::threshold_percentages))
+            .returning((
+                budgets::spend_microdollars,
+                budgets::max_budget_microdollars,
+                budgets::threshold_percentages,
+                budgets::reset_interval,
+                budgets::current_period_start,
+            ))
             .get_results($conn) $($aw)* ?;
-            for (spend_after, limit, thresholds) in updated {
-                outbox.extend(threshold_events(&target, &contributions, spend_after - added, limit, &thresholds, $now));
+            for (mut spend_after, limit, thresholds, interval, start) in updated {
+                let mut spend_before = spend_after.saturating_sub(added);
+                // The budget's period ended before this commit and the sweep has not
+                // rolled it yet: roll it here, so this commit's spend counts in the new
+                // period (the sweep, conditional on the period start, then skips it).
+                if let Some((interval, new_start)) = period_due(interval.as_deref(), start, $now) {
+                    diesel::update(
+                        budgets::table
+                            .filter(budgets::org_id.eq(&target.org_id))
+                            .filter(budgets::entity_type.eq(target.entity_type))
+                            .filter(budgets::entity_id.eq(&target.entity_id))
+                            .filter(budgets::current_period_start.eq(start)),
+                    )
+                    .set((
+                        budgets::spend_microdollars.eq(budgets::spend_microdollars - spend_before),
+                        budgets::current_period_start.eq(Some(new_start)),
+                    ))
+                    .execute($conn) $($aw)* ?;
+                    let entity = (target.org_id.as_str(), target.entity_type, target.entity_id.as_str());
+                    outbox.push(reset_event(entity, limit, spend_before, interval, new_start, $now));
+                    spend_after = added;
+                    spend_before = 0;
+                }
+                outbox.extend(threshold_events(&target, &contributions, spend_before, limit, &thresholds, $now));
                 changes.push(SpendChange { target: target.clone(), added, unreserved, spend_after });
             }
         }
