@@ -25,6 +25,7 @@ pub mod pricing;
 pub mod proxy;
 pub mod ratelimit;
 pub mod state;
+pub mod tool_costs;
 pub mod util;
 
 use std::io;

@@ -20,6 +20,7 @@ pub mod models;
 pub mod orgs;
 pub mod schema;
 pub mod shared_budgets;
+pub mod tool_costs;
 pub mod unpriced;
 pub mod users;
 

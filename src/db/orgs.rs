@@ -14,7 +14,7 @@ use crate::db::keys::note_key_change;
 use crate::db::models::{Invitation, Membership, Organization, User};
 use crate::db::schema::{
     api_keys, budget_reservations, budgets, invitations, key_changes, memberships, organizations, sessions,
-    users,
+    tool_costs, users,
 };
 use crate::db::{DbError, DbResult, Pool};
 use crate::plans::Role;
@@ -328,6 +328,7 @@ pub async fn delete_org(pool: &Pool, org_id: &str, actor_id: &str, now: i64) -> 
             .execute(conn)
             .await?;
         diesel::delete(budgets::table.filter(budgets::org_id.eq(org_id))).execute(conn).await?;
+        diesel::delete(tool_costs::table.filter(tool_costs::org_id.eq(org_id))).execute(conn).await?;
         let deleted = diesel::delete(organizations::table.find(org_id)).execute(conn).await?;
         if deleted == 0 {
             return Err(DbError::NotFound);

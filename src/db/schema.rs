@@ -236,6 +236,24 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    tool_costs (id) {
+        id -> Text,
+        org_id -> Text,
+        user_id -> Text,
+        server_name -> Text,
+        tool_name -> Text,
+        cost_microdollars -> BigInt,
+        suggested_cost -> Nullable<BigInt>,
+        source -> Text,
+        description -> Nullable<Text>,
+        annotations -> Nullable<Text>,
+        last_seen_at -> Nullable<BigInt>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     users,
     organizations,
@@ -254,4 +272,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     event_outbox,
     idempotency_keys,
     instances,
+    tool_costs,
 );
