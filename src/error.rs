@@ -20,6 +20,14 @@ pub enum ErrorCode {
     SpendCapExceeded,
     InvalidKey,
     InvalidUpstream,
+    InvalidCustomerId,
+    InvalidPlanRef,
+    InvalidBudgetCap,
+    InvalidMarginTarget,
+    InvalidEstimate,
+    InvalidFeature,
+    CustomerDataUnsupported,
+    BindingInactive,
     AuthenticationRequired,
     Unauthorized,
     Forbidden,
@@ -60,6 +68,13 @@ impl ErrorCode {
             | Self::SpendCapExceeded
             | Self::InvalidKey
             | Self::InvalidUpstream
+            | Self::InvalidCustomerId
+            | Self::InvalidPlanRef
+            | Self::InvalidBudgetCap
+            | Self::InvalidMarginTarget
+            | Self::InvalidEstimate
+            | Self::InvalidFeature
+            | Self::CustomerDataUnsupported
             | Self::InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
             Self::AuthenticationRequired | Self::Unauthorized => StatusCode::UNAUTHORIZED,
             // The spec leaves mandate_violation's status open; a policy refusal of an
@@ -69,7 +84,9 @@ impl ErrorCode {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::LimitExceeded | Self::Conflict | Self::IdempotencyConflict => StatusCode::CONFLICT,
+            Self::LimitExceeded | Self::Conflict | Self::IdempotencyConflict | Self::BindingInactive => {
+                StatusCode::CONFLICT
+            }
             Self::RateLimitExceeded
             | Self::BudgetExceeded
             | Self::TagBudgetExceeded

@@ -12,6 +12,7 @@ pub mod changes;
 pub mod cli;
 pub mod client_ip;
 pub mod config;
+pub mod customers;
 pub mod db;
 pub mod error;
 pub mod idempotency;

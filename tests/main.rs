@@ -9,6 +9,7 @@ mod auth;
 mod budgets;
 mod cluster;
 mod cost_events;
+mod customers;
 mod health;
 mod ingest;
 mod keys;

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod budgets;
 pub mod cost_events;
 pub mod cost_events_ingest;
+pub mod customer_bindings;
 pub mod health;
 pub mod keys;
 pub mod openapi;
@@ -83,6 +84,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(cost_events::configure)
             .configure(policy::configure)
             .configure(tool_costs::configure)
+            .configure(customer_bindings::configure)
             .configure(openapi::configure)
             .default_service(web::to(not_found)),
     )

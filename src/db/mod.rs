@@ -11,6 +11,7 @@
 //! beside the writer).
 
 pub mod audit;
+pub mod bindings;
 pub mod budgets;
 pub mod cost_event_queries;
 pub mod cost_events;

@@ -230,3 +230,18 @@ pub struct ToolCost {
     pub created_at: i64,
     pub updated_at: i64,
 }
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = customer_bindings)]
+pub struct CustomerBinding {
+    pub id: String,
+    pub org_id: String,
+    pub customer_id: String,
+    pub plan_ref: String,
+    pub budget_cap_microdollars: i64,
+    pub margin_target_percent: Option<i64>,
+    /// `active`, `suspended` or `archived`.
+    pub status: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+}

@@ -254,6 +254,20 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    customer_bindings (id) {
+        id -> Text,
+        org_id -> Text,
+        customer_id -> Text,
+        plan_ref -> Text,
+        budget_cap_microdollars -> BigInt,
+        margin_target_percent -> Nullable<BigInt>,
+        status -> Text,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     users,
     organizations,
@@ -273,4 +287,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     idempotency_keys,
     instances,
     tool_costs,
+    customer_bindings,
 );

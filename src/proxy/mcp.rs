@@ -95,7 +95,9 @@ pub struct EventInput {
     pub tags: Option<BTreeMap<String, String>>,
 }
 
-async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<KeyIdentity>, ApiError> {
+/// The proxy's key check for its local (non-provider) routes: allowed address, key,
+/// per-key rate limit.
+pub(super) async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<KeyIdentity>, ApiError> {
     super::check_ip(req, state)?;
     let key = super::key_of(req, state).await?;
     if !state.rate_limits.check_key(&key.key_id).allowed {
@@ -259,6 +261,7 @@ pub async fn record_event(
         trace_id: input.trace_id.as_deref(),
         source: "mcp",
         event_type: "tool",
+        defer: None,
     };
     let call = call_of(&key, PROVIDER, &input.tool_name, now);
     let reservation =
