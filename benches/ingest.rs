@@ -12,45 +12,15 @@
 //! Run: `cargo bench --bench ingest` (env `INGEST_SECONDS`, default 5;
 //! `INGEST_CLIENTS`, default 8).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-struct Server(std::process::Child, String);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(db_url: &str) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spendgate"))
-        .arg("serve")
-        .env("SPENDGATE_DATABASE_URL", db_url)
-        .env("SPENDGATE_CONTROL_ADDR", "127.0.0.1:0")
-        .env("SPENDGATE_PROXY_ADDR", "127.0.0.1:0")
-        .env("SPENDGATE_DEV", "1")
-        .env("SPENDGATE_DEFAULT_PLAN", "enterprise")
-        .env("SPENDGATE_RATE_LIMIT_KEY_PER_MINUTE", "0")
-        .env("SPENDGATE_LOG", std::env::var("INGEST_LOG").unwrap_or_else(|_| "warn".to_owned()))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn spendgate");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("ready line");
-    let control =
-        line.split_whitespace().find_map(|p| p.strip_prefix("control=")).expect("control address").to_owned();
-    Server(child, control)
-}
+mod support;
 
 async fn run(label: &str, db_url: &str, seconds: u64, clients: usize) {
-    let server = start(db_url);
-    let base = server.1.clone();
+    let server = support::start(db_url, &[], "INGEST_LOG");
+    let base = server.control.clone();
     let http = reqwest::Client::builder().cookie_store(true).build().expect("client");
     let r = http
         .post(format!("{base}/api/auth/signup"))
@@ -121,11 +91,6 @@ async fn run(label: &str, db_url: &str, seconds: u64, clients: usize) {
     );
 }
 
-fn pg_available() -> bool {
-    std::net::TcpStream::connect_timeout(&"127.0.0.1:5432".parse().expect("addr"), Duration::from_millis(300))
-        .is_ok()
-}
-
 fn main() {
     let seconds = std::env::var("INGEST_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
     let clients = std::env::var("INGEST_CLIENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
@@ -134,27 +99,8 @@ fn main() {
     rt.block_on(async {
         let dir = tempfile::tempdir().expect("tempdir");
         run("sqlite", &format!("sqlite://{}", dir.path().join("bench.db").display()), seconds, clients).await;
-        if pg_available() {
-            let name = format!("sg_bench_{}", std::process::id());
-            let created = Command::new("psql")
-                .args(["-h", "127.0.0.1", "-U", "postgres", "-qc", &format!("CREATE DATABASE {name}")])
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if created {
-                run("postgres", &format!("postgres://postgres@127.0.0.1:5432/{name}"), seconds, clients)
-                    .await;
-                let _ = Command::new("psql")
-                    .args([
-                        "-h",
-                        "127.0.0.1",
-                        "-U",
-                        "postgres",
-                        "-qc",
-                        &format!("DROP DATABASE {name} WITH (FORCE)"),
-                    ])
-                    .status();
-            }
+        if let Some(db) = support::PgDb::create("sg_bench") {
+            run("postgres", &db.url(), seconds, clients).await;
         }
     });
 }
