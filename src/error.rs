@@ -20,6 +20,8 @@ pub enum ErrorCode {
     SpendCapExceeded,
     InvalidKey,
     InvalidUpstream,
+    /// The payment processor rejected the supplied key.
+    ProcessorValidationFailed,
     AuthenticationRequired,
     Unauthorized,
     Forbidden,
@@ -60,6 +62,7 @@ impl ErrorCode {
             | Self::SpendCapExceeded
             | Self::InvalidKey
             | Self::InvalidUpstream
+            | Self::ProcessorValidationFailed
             | Self::InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
             Self::AuthenticationRequired | Self::Unauthorized => StatusCode::UNAUTHORIZED,
             // The spec leaves mandate_violation's status open; a policy refusal of an

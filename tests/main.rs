@@ -12,6 +12,7 @@ mod cost_events;
 mod health;
 mod ingest;
 mod keys;
+mod margins;
 mod mock_selftest;
 mod openapi;
 mod orgs;

@@ -5,10 +5,13 @@ pub mod auth;
 pub mod budgets;
 pub mod cost_events;
 pub mod cost_events_ingest;
+pub mod customer_mappings;
 pub mod health;
 pub mod keys;
+pub mod margins;
 pub mod openapi;
 pub mod orgs;
+pub mod payprocessor;
 pub mod policy;
 pub mod schemas;
 
@@ -81,6 +84,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(cost_events_ingest::configure)
             .configure(cost_events::configure)
             .configure(policy::configure)
+            .configure(payprocessor::configure)
+            .configure(customer_mappings::configure)
+            .configure(margins::configure)
             .configure(openapi::configure)
             .default_service(web::to(not_found)),
     )
