@@ -13,6 +13,7 @@ mod health;
 mod ingest;
 mod keys;
 mod margins;
+mod margins_more;
 mod mock_selftest;
 mod openapi;
 mod orgs;
