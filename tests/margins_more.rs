@@ -200,3 +200,31 @@ async fn the_service_syncs_on_its_own_schedule_under_a_lease() {
     assert_eq!(s.app.query_n("SELECT COUNT(*) AS n FROM sync_leases WHERE name = 'revenue-sync'").await, 1);
     assert_eq!(s.margins("").await["summary"]["syncStatus"], "ok");
 }
+
+#[tokio::test]
+async fn a_sync_overtaken_by_a_disconnect_leaves_nothing_behind() {
+    let s = setup().await;
+    let now = now_secs();
+    s.fake.add_customer("cus_d", "Racing", "d@x.com", json!({}), now - 100);
+    s.fake.add_invoice("in_d", "cus_d", "usd", 2_500, 0, now - 50);
+    s.connect().await;
+    s.fake.close_gate("/v1/refunds");
+    let owner = s.owner.clone();
+    let sync = tokio::spawn(async move { owner.get("/api/payprocessor/revenue-sync").await });
+    // The sync has fetched customers, invoices and credit notes and waits on refunds.
+    for _ in 0..1_500 {
+        if s.fake.requests_to("/v1/refunds") > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(s.fake.requests_to("/v1/refunds"), 1, "the sync never reached the refunds");
+    let r = s.owner.delete("/api/payprocessor/disconnect").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    s.fake.open_gate();
+    let r = sync.await.unwrap();
+    assert_eq!((r.status, r.code()), (404, "not_found"), "{r:?}");
+    for table in ["revenue_items", "processor_customers", "customer_mappings", "margin_tiers"] {
+        assert_eq!(s.app.query_n(&format!("SELECT COUNT(*) AS n FROM {table}")).await, 0, "{table}");
+    }
+}

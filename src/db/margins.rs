@@ -74,18 +74,20 @@ pub async fn upsert_mapping(pool: &Pool, row: &Mapping) -> DbResult<Mapping> {
     })
 }
 
-/// Adds an auto mapping unless the processor customer already has one for the key.
-pub async fn insert_auto(pool: &Pool, row: &Mapping) -> DbResult<bool> {
-    let n = with_conn!(pool, write, |conn| {
-        Ok::<_, DbError>(
-            diesel::insert_into(customer_mappings::table)
-                .values(row)
-                .on_conflict_do_nothing()
-                .execute(conn)
-                .await?,
-        )
-    })?;
-    Ok(n == 1)
+/// Adds an auto mapping unless the processor customer already has one for the key
+/// or the sync's connection is gone; `true` when added.
+pub async fn insert_auto(pool: &Pool, connection_id: &str, row: &Mapping) -> DbResult<bool> {
+    with_tx!(pool, |conn| {
+        if !crate::touch_connection!(conn, &row.org_id, connection_id) {
+            return Ok(false);
+        }
+        let n = diesel::insert_into(customer_mappings::table)
+            .values(row)
+            .on_conflict_do_nothing()
+            .execute(conn)
+            .await?;
+        Ok(n == 1)
+    })
 }
 
 pub async fn delete_mapping(pool: &Pool, org_id: &str, id: &str) -> DbResult<bool> {
@@ -169,6 +171,8 @@ pub async fn cost_by_model(
 #[derive(Debug, Clone)]
 pub struct TierKey<'a> {
     pub org_id: &'a str,
+    /// The connection of the sync recording it; nothing is recorded once it is gone.
+    pub connection_id: &'a str,
     pub processor_customer_id: &'a str,
     pub tag_key: &'a str,
     pub period: &'a str,
@@ -187,6 +191,9 @@ pub async fn record_tier(
     event: impl Fn(&str, Option<f64>) -> Option<OutboxEvent> + Send + Sync,
 ) -> DbResult<Option<String>> {
     with_tx!(pool, |conn| {
+        if !crate::touch_connection!(conn, key.org_id, key.connection_id) {
+            return Ok(None);
+        }
         let target = margin_tiers::table
             .filter(margin_tiers::org_id.eq(key.org_id))
             .filter(margin_tiers::processor_customer_id.eq(key.processor_customer_id))

@@ -52,6 +52,25 @@ impl CustomerRow {
     }
 }
 
+/// Inside a sync's write transaction: touches the connection row `$id` of `$org`
+/// and evaluates to whether it still exists. On PostgreSQL the touch holds the row
+/// lock until commit, so a disconnect waits for the transaction and then deletes
+/// what it wrote; SQLite's single writer serializes them anyway. A sync that finds
+/// its connection gone writes nothing (no revenue outlives a disconnect).
+#[macro_export]
+macro_rules! touch_connection {
+    ($conn:expr, $org:expr, $id:expr) => {{
+        use diesel::{ExpressionMethods as _, QueryDsl as _};
+        use diesel_async::RunQueryDsl as _;
+        use $crate::db::schema::processor_connections as pc;
+        diesel::update(pc::table.filter(pc::org_id.eq($org)).filter(pc::id.eq($id)))
+            .set(pc::status.eq(pc::status))
+            .execute($conn)
+            .await?
+            == 1
+    }};
+}
+
 pub async fn connection(pool: &Pool, org_id: &str) -> DbResult<Option<Connection>> {
     with_conn!(pool, read, |conn| {
         Ok(processor_connections::table
@@ -129,7 +148,15 @@ pub async fn record_sync(
     })
 }
 
-pub async fn upsert_customers(pool: &Pool, org_id: &str, customers: &[Customer], now: i64) -> DbResult<()> {
+/// Writes the customers a sync fetched; `false` (nothing written) when the
+/// connection `connection_id` is gone.
+pub async fn upsert_customers(
+    pool: &Pool,
+    org_id: &str,
+    connection_id: &str,
+    customers: &[Customer],
+    now: i64,
+) -> DbResult<bool> {
     let rows: Vec<CustomerRow> = customers
         .iter()
         .map(|c| CustomerRow {
@@ -142,6 +169,9 @@ pub async fn upsert_customers(pool: &Pool, org_id: &str, customers: &[Customer],
         })
         .collect();
     with_tx!(pool, |conn| {
+        if !crate::touch_connection!(conn, org_id, connection_id) {
+            return Ok(false);
+        }
         for row in &rows {
             diesel::insert_into(processor_customers::table)
                 .values(row)
@@ -156,7 +186,7 @@ pub async fn upsert_customers(pool: &Pool, org_id: &str, customers: &[Customer],
                 .execute(conn)
                 .await?;
         }
-        Ok(())
+        Ok(true)
     })
 }
 
@@ -186,10 +216,19 @@ pub async fn known_invoices(pool: &Pool, org_id: &str) -> DbResult<HashMap<Strin
     Ok(rows.into_iter().map(|(id, g, n)| (id, (g, n))).collect())
 }
 
-/// Writes items keyed by their processor object id; returns the distinct months
-/// touched. A re-sync rewrites each row, so nothing is counted twice.
-pub async fn upsert_items(pool: &Pool, org_id: &str, items: &[RevenueItem]) -> DbResult<usize> {
-    with_tx!(pool, |conn| {
+/// Writes items keyed by their processor object id; returns the distinct
+/// (customer, month) pairs touched, or `None` (nothing written) when the connection
+/// is gone. A re-sync rewrites each row, so nothing is counted twice.
+pub async fn upsert_items(
+    pool: &Pool,
+    org_id: &str,
+    connection_id: &str,
+    items: &[RevenueItem],
+) -> DbResult<Option<usize>> {
+    let written = with_tx!(pool, |conn| {
+        if !crate::touch_connection!(conn, org_id, connection_id) {
+            return Ok(false);
+        }
         for it in items {
             let values = (
                 revenue_items::org_id.eq(org_id),
@@ -217,11 +256,14 @@ pub async fn upsert_items(pool: &Pool, org_id: &str, items: &[RevenueItem]) -> D
                 .execute(conn)
                 .await?;
         }
-        Ok(())
+        Ok(true)
     })?;
+    if !written {
+        return Ok(None);
+    }
     let months: std::collections::BTreeSet<(&str, &str)> =
         items.iter().map(|i| (i.customer.as_str(), i.period.as_str())).collect();
-    Ok(months.len())
+    Ok(Some(months.len()))
 }
 
 /// Revenue per processor customer in `period` (`None`: all time), exact.

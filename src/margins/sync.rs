@@ -80,12 +80,18 @@ async fn run(pool: &Pool, config: &Config, org_id: &str) -> Result<SyncReport, S
     let credit_notes = client.credit_notes(from, to).await?;
     let refunds = client.refunds(from, to).await?;
 
-    store::upsert_customers(pool, org_id, &customers, now).await?;
+    // Each write checks the connection is still the one this sync read: after a
+    // disconnect (or a reconnect) the sync stops and leaves nothing behind.
+    if !store::upsert_customers(pool, org_id, &conn.id, &customers, now).await? {
+        return Err(SyncError::NotConnected);
+    }
     let known = store::known_invoices(pool, org_id).await?;
     let converted = revenue::convert(&invoices, &credit_notes, &refunds, &known);
-    let periods = store::upsert_items(pool, org_id, &converted.items).await?;
-    let auto = auto_match(pool, org_id, &customers, now).await?;
-    announce_worsened(pool, org_id, Month::of_ms(now), now).await?;
+    let periods = store::upsert_items(pool, org_id, &conn.id, &converted.items)
+        .await?
+        .ok_or(SyncError::NotConnected)?;
+    let auto = auto_match(pool, org_id, &conn.id, &customers, now).await?;
+    announce_worsened(pool, org_id, &conn.id, Month::of_ms(now), now).await?;
     Ok(SyncReport {
         org_id: ids::prefixed(ids::ORG, org_id),
         customers_processed: i64::try_from(customers.len()).unwrap_or(i64::MAX),
@@ -103,6 +109,7 @@ async fn run(pool: &Pool, config: &Config, org_id: &str) -> Result<SyncReport, S
 async fn auto_match(
     pool: &Pool,
     org_id: &str,
+    connection_id: &str,
     customers: &[crate::processor::types::Customer],
     now: i64,
 ) -> Result<i64, SyncError> {
@@ -126,7 +133,7 @@ async fn auto_match(
             confidence: Some(m.confidence),
             created_at: now,
         };
-        if margins::insert_auto(pool, &row).await? {
+        if margins::insert_auto(pool, connection_id, &row).await? {
             created += 1;
         }
     }
@@ -135,13 +142,20 @@ async fn auto_match(
 
 /// Records this month's tier of every mapped customer; a worsening writes
 /// `margin.threshold_crossed` once (see `db::margins::record_tier`).
-async fn announce_worsened(pool: &Pool, org_id: &str, month: Month, now: i64) -> Result<(), SyncError> {
+async fn announce_worsened(
+    pool: &Pool,
+    org_id: &str,
+    connection_id: &str,
+    month: Month,
+    now: i64,
+) -> Result<(), SyncError> {
     let period = month.label();
     for cm in report::month_margins(pool, org_id, month).await? {
         let tier = cm.tier();
         let current = cm.percent().map(|p| p / 100.0);
         let key = TierKey {
             org_id,
+            connection_id,
             processor_customer_id: &cm.mapping.processor_customer_id,
             tag_key: &cm.mapping.tag_key,
             period: &period,

@@ -29,6 +29,8 @@ struct State {
     charges: BTreeMap<String, Value>,
     page_cap: usize,
     requests: Vec<(String, String)>,
+    /// Requests to this path wait for a permit of the semaphore.
+    gate: Option<(String, Arc<tokio::sync::Semaphore>)>,
 }
 
 pub struct FakeProcessor {
@@ -143,6 +145,19 @@ impl FakeProcessor {
         });
     }
 
+    /// Holds every request to `path` (recorded on arrival) until [`Self::open_gate`].
+    pub fn close_gate(&self, path: &str) {
+        self.with(|s| s.gate = Some((path.to_owned(), Arc::new(tokio::sync::Semaphore::new(0)))));
+    }
+
+    pub fn open_gate(&self) {
+        self.with(|s| {
+            if let Some((_, sem)) = s.gate.take() {
+                sem.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+            }
+        });
+    }
+
     /// Requests received so far: `(path, query)`.
     pub fn requests(&self) -> Vec<(String, String)> {
         self.with(|s| s.requests.clone())
@@ -171,8 +186,15 @@ fn masked(key: &str) -> String {
 }
 
 async fn handle(req: HttpRequest, data: web::Data<Mutex<State>>) -> HttpResponse {
-    let mut s = data.lock().unwrap_or_else(PoisonError::into_inner);
-    s.requests.push((req.path().to_owned(), req.query_string().to_owned()));
+    let gate = {
+        let mut s = data.lock().unwrap_or_else(PoisonError::into_inner);
+        s.requests.push((req.path().to_owned(), req.query_string().to_owned()));
+        s.gate.as_ref().filter(|(p, _)| p == req.path()).map(|(_, sem)| Arc::clone(sem))
+    };
+    if let Some(sem) = gate {
+        let _ = sem.acquire().await;
+    }
+    let s = data.lock().unwrap_or_else(PoisonError::into_inner);
     let key = req
         .headers()
         .get("authorization")
