@@ -268,6 +268,11 @@ pub async fn customer_margin(
     let q: PeriodQuery = super::orgs::query(&req)?;
     let month = period(q.period.as_deref())?;
     let value = path.into_inner();
+    // No mapping can hold such a value (see customer-mappings), and some would not
+    // even reach the database as text.
+    if value.is_empty() || value.chars().count() > 254 || value.chars().any(char::is_control) {
+        return Err(ApiError::not_found("Customer mapping"));
+    }
     let months = history(&state, &auth.org.id, month).await?;
     let pick = |rows: &[CustomerMargin]| -> Option<CustomerMargin> {
         let mut matching: Vec<&CustomerMargin> =
