@@ -228,3 +228,22 @@ async fn a_sync_overtaken_by_a_disconnect_leaves_nothing_behind() {
         assert_eq!(s.app.query_n(&format!("SELECT COUNT(*) AS n FROM {table}")).await, 0, "{table}");
     }
 }
+
+#[tokio::test]
+async fn deleting_the_organization_deletes_its_processor_key_and_revenue() {
+    let s = setup().await;
+    let now = now_secs();
+    s.fake.add_customer("cus_o", "Org", "o@x.com", json!({}), now - 100);
+    s.fake.add_invoice("in_o", "cus_o", "usd", 1_000, 0, now - 50);
+    s.connect().await;
+    s.sync().await;
+    s.map("cus_o", "org").await;
+    let org = s.owner.get("/api/auth/session").await.body["data"]["org"]["id"].as_str().unwrap().to_owned();
+    let r = s.owner.delete(&format!("/api/orgs/{org}")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    for table in
+        ["processor_connections", "revenue_items", "processor_customers", "customer_mappings", "margin_tiers"]
+    {
+        assert_eq!(s.app.query_n(&format!("SELECT COUNT(*) AS n FROM {table}")).await, 0, "{table}");
+    }
+}

@@ -7,9 +7,7 @@ use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 
 use crate::db::exact_sum::{self, SumParts};
-use crate::db::schema::{
-    customer_mappings, margin_tiers, processor_connections, processor_customers, revenue_items, sync_leases,
-};
+use crate::db::schema::{processor_connections, processor_customers, revenue_items, sync_leases};
 use crate::db::{DbError, DbResult, Pool};
 use crate::margins::revenue::RevenueItem;
 use crate::processor::types::Customer;
@@ -96,21 +94,32 @@ pub async fn insert_connection(pool: &Pool, row: &Connection) -> DbResult<bool> 
     Ok(inserted == 1)
 }
 
+/// Deletes, on `$conn` (inside the caller's transaction), an organization's
+/// processor connection and every revenue item, customer, mapping and tier; it
+/// evaluates to the number of connections deleted (0 or 1). Used by disconnect and
+/// by organization deletion.
+#[macro_export]
+macro_rules! delete_margins_data {
+    ($conn:expr, $org:expr) => {{
+        use diesel::{ExpressionMethods as _, QueryDsl as _};
+        use diesel_async::RunQueryDsl as _;
+        use $crate::db::schema::{
+            customer_mappings as cm, margin_tiers as mt, processor_connections as pc,
+            processor_customers as pcu, revenue_items as ri,
+        };
+        let n = diesel::delete(pc::table.filter(pc::org_id.eq($org))).execute($conn).await?;
+        diesel::delete(ri::table.filter(ri::org_id.eq($org))).execute($conn).await?;
+        diesel::delete(pcu::table.filter(pcu::org_id.eq($org))).execute($conn).await?;
+        diesel::delete(cm::table.filter(cm::org_id.eq($org))).execute($conn).await?;
+        diesel::delete(mt::table.filter(mt::org_id.eq($org))).execute($conn).await?;
+        n
+    }};
+}
+
 /// Removes the connection with every revenue item, customer, mapping and tier of
 /// the organization, in one transaction. `false` when there was no connection.
 pub async fn delete_connection(pool: &Pool, org_id: &str) -> DbResult<bool> {
-    with_tx!(pool, |conn| {
-        let n = diesel::delete(processor_connections::table.find(org_id)).execute(conn).await?;
-        diesel::delete(revenue_items::table.filter(revenue_items::org_id.eq(org_id))).execute(conn).await?;
-        diesel::delete(processor_customers::table.filter(processor_customers::org_id.eq(org_id)))
-            .execute(conn)
-            .await?;
-        diesel::delete(customer_mappings::table.filter(customer_mappings::org_id.eq(org_id)))
-            .execute(conn)
-            .await?;
-        diesel::delete(margin_tiers::table.filter(margin_tiers::org_id.eq(org_id))).execute(conn).await?;
-        Ok(n == 1)
-    })
+    with_tx!(pool, |conn| Ok(crate::delete_margins_data!(conn, org_id) == 1))
 }
 
 /// Every connected organization's id.
