@@ -20,6 +20,14 @@ pub enum ErrorCode {
     SpendCapExceeded,
     InvalidKey,
     InvalidUpstream,
+    InvalidCustomerId,
+    InvalidPlanRef,
+    InvalidBudgetCap,
+    InvalidMarginTarget,
+    InvalidEstimate,
+    InvalidFeature,
+    CustomerDataUnsupported,
+    BindingInactive,
     /// The payment processor rejected the supplied key.
     ProcessorValidationFailed,
     AuthenticationRequired,
@@ -62,6 +70,13 @@ impl ErrorCode {
             | Self::SpendCapExceeded
             | Self::InvalidKey
             | Self::InvalidUpstream
+            | Self::InvalidCustomerId
+            | Self::InvalidPlanRef
+            | Self::InvalidBudgetCap
+            | Self::InvalidMarginTarget
+            | Self::InvalidEstimate
+            | Self::InvalidFeature
+            | Self::CustomerDataUnsupported
             | Self::ProcessorValidationFailed
             | Self::InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
             Self::AuthenticationRequired | Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -72,7 +87,9 @@ impl ErrorCode {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::LimitExceeded | Self::Conflict | Self::IdempotencyConflict => StatusCode::CONFLICT,
+            Self::LimitExceeded | Self::Conflict | Self::IdempotencyConflict | Self::BindingInactive => {
+                StatusCode::CONFLICT
+            }
             Self::RateLimitExceeded
             | Self::BudgetExceeded
             | Self::TagBudgetExceeded

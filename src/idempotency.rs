@@ -107,19 +107,57 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<(StatusCode, serde_json::Value), ApiError>>,
 {
+    let scope = Scope { pool, instance, key, key_hash, route, body, replay_header: REPLAYED };
+    Ok(run_in(scope, handler).await?.0)
+}
+
+/// One idempotent request: where claims live, who owns them, and what identifies it.
+pub struct Scope<'a> {
+    pub pool: &'a Pool,
+    /// This process's id (the claim's owner).
+    pub instance: &'a str,
+    /// The validated `Idempotency-Key`, if the request sent one.
+    pub key: Option<String>,
+    pub key_hash: &'a str,
+    pub route: &'a str,
+    pub body: &'a [u8],
+    /// The header a replay carries (`X-Idempotent-Replayed`; the per-customer
+    /// endpoints use `Idempotent-Replayed`).
+    pub replay_header: HeaderName,
+}
+
+/// Whether [`run_in`] ran the handler (and, with a key, stored its answer) or
+/// replayed a stored answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// The handler ran; with a key, its answer is stored for replay (or, for a 5xx,
+    /// the claim was released).
+    Handler,
+    Replayed,
+}
+
+/// [`run`] with a chosen replay header, telling the caller whether the handler ran:
+/// work that must follow a durably stored answer (a webhook) happens only then.
+pub async fn run_in<F, Fut>(scope: Scope<'_>, handler: F) -> Result<(HttpResponse, Ran), ApiError>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<(StatusCode, serde_json::Value), ApiError>>,
+{
+    let Scope { pool, instance, key, key_hash, route, body, replay_header } = scope;
     let Some(key) = key else {
         let (status, value) = handler().await?;
-        return Ok(HttpResponse::build(status).json(value));
+        return Ok((HttpResponse::build(status).json(value), Ran::Handler));
     };
     let id = crate::auth::sha256_hex(&format!("{key_hash}\n{route}\n{key}"));
     let request_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body));
     match claim(pool, instance, &id, &request_hash).await.map_err(idempotency_unavailable)? {
         Claim::Replay { status, body } => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-            return Ok(HttpResponse::build(status)
-                .insert_header((REPLAYED, "true"))
+            let replay = HttpResponse::build(status)
+                .insert_header((replay_header, "true"))
                 .content_type("application/json")
-                .body(body));
+                .body(body);
+            return Ok((replay, Ran::Replayed));
         }
         Claim::Conflict => {
             return Err(ApiError::new(
@@ -149,7 +187,7 @@ where
                 tracing::warn!(error = %e, "could not store idempotent response");
                 let _ = release(pool, &id).await;
             }
-            Ok(HttpResponse::build(status).content_type("application/json").body(text))
+            Ok((HttpResponse::build(status).content_type("application/json").body(text), Ran::Handler))
         }
         Err(err) => {
             if err.code.status().is_server_error() {

@@ -12,6 +12,7 @@ pub mod changes;
 pub mod cli;
 pub mod client_ip;
 pub mod config;
+pub mod customers;
 pub mod db;
 pub mod error;
 pub mod idempotency;
@@ -27,6 +28,7 @@ pub mod processor;
 pub mod proxy;
 pub mod ratelimit;
 pub mod state;
+pub mod tool_costs;
 pub mod util;
 
 use std::io;

@@ -28,6 +28,8 @@ pub struct Inner {
     pub pricing: Arc<PricingTable>,
     /// Models missing from `pricing` that this process has seen (first-seen log and metric).
     pub unpriced: UnpricedModels,
+    /// Configured tool costs (MCP tool events without an explicit cost).
+    pub tool_costs: crate::tool_costs::ToolCostCache,
     /// Governed-request counters per organization (plan caps).
     pub plan_usage: crate::proxy::plan::PlanUsage,
     /// Identifies this process in shared reservations.
@@ -78,6 +80,7 @@ impl AppState {
             metrics,
             pricing: Arc::new(pricing),
             unpriced,
+            tool_costs: crate::tool_costs::ToolCostCache::default(),
             plan_usage: crate::proxy::plan::PlanUsage::default(),
             instance_id: crate::util::ids::new_id(),
             started_at_ms: crate::util::time::now_ms(),

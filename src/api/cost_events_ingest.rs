@@ -104,17 +104,13 @@ pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
     check(tokens(e.output_tokens), "outputTokens", TOKENS);
     check(tokens(e.cached_input_tokens.unwrap_or(0)), "cachedInputTokens", TOKENS);
     check(tokens(e.reasoning_tokens.unwrap_or(0)), "reasoningTokens", TOKENS);
-    // A negative cost is how a gate-recorded spend is refunded; nothing else may
-    // lower spend.
+    // The spec describes a negative cost as a refund of gate-recorded spend, but an
+    // ingested event names no gate charge, so a key could lower its own spend with
+    // no charge behind it: every negative cost is refused.
     check(
-        e.cost_microdollars >= 0 || e.provider == "gate",
+        (0..=MAX_EVENT_COST_MICRODOLLARS).contains(&e.cost_microdollars),
         "costMicrodollars",
-        "must be at least 0 (negative amounts refund gate spend only)",
-    );
-    check(
-        e.cost_microdollars.unsigned_abs() <= MAX_EVENT_COST_MICRODOLLARS.unsigned_abs(),
-        "costMicrodollars",
-        "must be at most 1000000000000 (one million dollars) in absolute value",
+        "must be an integer from 0 to 1000000000000 (one million dollars); refunds are not accepted",
     );
     check(
         (0..=MAX_EVENT_DURATION_MS).contains(&e.duration_ms.unwrap_or(0)),
@@ -388,12 +384,14 @@ mod tests {
     }
 
     #[test]
-    fn gate_refunds_may_be_negative() {
-        let mut e = input();
-        e.provider = "gate".into();
-        e.cost_microdollars = -500;
-        let mut issues = Issues::new();
-        validate(&e, &[], &mut issues);
-        assert!(issues.is_empty());
+    fn negative_costs_are_refused_whatever_the_provider() {
+        for provider in ["gate", "openai"] {
+            let mut e = input();
+            e.provider = provider.into();
+            e.cost_microdollars = -500;
+            let mut issues = Issues::new();
+            validate(&e, &[], &mut issues);
+            assert!(!issues.is_empty(), "{provider}");
+        }
     }
 }

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod budgets;
 pub mod cost_events;
 pub mod cost_events_ingest;
+pub mod customer_bindings;
 pub mod customer_mappings;
 pub mod health;
 pub mod keys;
@@ -14,6 +15,7 @@ pub mod orgs;
 pub mod payprocessor;
 pub mod policy;
 pub mod schemas;
+pub mod tool_costs;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -84,6 +86,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(cost_events_ingest::configure)
             .configure(cost_events::configure)
             .configure(policy::configure)
+            .configure(tool_costs::configure)
+            .configure(customer_bindings::configure)
             .configure(payprocessor::configure)
             .configure(customer_mappings::configure)
             .configure(margins::configure)

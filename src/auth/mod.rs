@@ -1,5 +1,6 @@
 //! Who is calling: dashboard sessions (cookie) and API keys (`X-Service-Key`).
 
+pub mod dual;
 pub mod keys;
 pub mod password;
 pub mod session;

@@ -66,6 +66,7 @@ macro_rules! note_change {
             .await?;
     }};
 }
+pub(crate) use note_change;
 
 /// A budget changed since `since` (`changed_at` ≥ it): (change id, org, type, id, when).
 pub type BudgetChange = (String, String, String, String, i64);

@@ -11,6 +11,7 @@
 //! beside the writer).
 
 pub mod audit;
+pub mod bindings;
 pub mod budgets;
 pub mod cost_event_queries;
 pub mod cost_events;
@@ -22,6 +23,7 @@ pub mod orgs;
 pub mod processor;
 pub mod schema;
 pub mod shared_budgets;
+pub mod tool_costs;
 pub mod unpriced;
 pub mod users;
 

@@ -210,3 +210,38 @@ pub struct IdempotencyRecord {
     /// The process (`AppState::instance_id`) running the claimed request.
     pub owner_instance: Option<String>,
 }
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = tool_costs)]
+pub struct ToolCost {
+    pub id: String,
+    pub org_id: String,
+    pub user_id: String,
+    pub server_name: String,
+    pub tool_name: String,
+    pub cost_microdollars: i64,
+    pub suggested_cost: Option<i64>,
+    /// `discovered` or `manual`.
+    pub source: String,
+    pub description: Option<String>,
+    /// JSON object text.
+    pub annotations: Option<String>,
+    pub last_seen_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = customer_bindings)]
+pub struct CustomerBinding {
+    pub id: String,
+    pub org_id: String,
+    pub customer_id: String,
+    pub plan_ref: String,
+    pub budget_cap_microdollars: i64,
+    pub margin_target_percent: Option<i64>,
+    /// `active`, `suspended` or `archived`.
+    pub status: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+}

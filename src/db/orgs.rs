@@ -13,8 +13,8 @@ use crate::db::audit::{self, actions, resources, Entry};
 use crate::db::keys::note_key_change;
 use crate::db::models::{Invitation, Membership, Organization, User};
 use crate::db::schema::{
-    api_keys, budget_reservations, budgets, invitations, key_changes, memberships, organizations, sessions,
-    users,
+    api_keys, budget_reservations, budgets, customer_bindings, invitations, key_changes, memberships,
+    organizations, sessions, tool_costs, users,
 };
 use crate::db::{DbError, DbResult, Pool};
 use crate::plans::Role;
@@ -329,6 +329,10 @@ pub async fn delete_org(pool: &Pool, org_id: &str, actor_id: &str, now: i64) -> 
             .execute(conn)
             .await?;
         diesel::delete(budgets::table.filter(budgets::org_id.eq(org_id))).execute(conn).await?;
+        diesel::delete(tool_costs::table.filter(tool_costs::org_id.eq(org_id))).execute(conn).await?;
+        diesel::delete(customer_bindings::table.filter(customer_bindings::org_id.eq(org_id)))
+            .execute(conn)
+            .await?;
         // The processor key and revenue data go too (margins).
         crate::delete_margins_data!(conn, org_id);
         let deleted = diesel::delete(organizations::table.find(org_id)).execute(conn).await?;

@@ -237,6 +237,38 @@ diesel::table! {
 }
 
 diesel::table! {
+    tool_costs (id) {
+        id -> Text,
+        org_id -> Text,
+        user_id -> Text,
+        server_name -> Text,
+        tool_name -> Text,
+        cost_microdollars -> BigInt,
+        suggested_cost -> Nullable<BigInt>,
+        source -> Text,
+        description -> Nullable<Text>,
+        annotations -> Nullable<Text>,
+        last_seen_at -> Nullable<BigInt>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    customer_bindings (id) {
+        id -> Text,
+        org_id -> Text,
+        customer_id -> Text,
+        plan_ref -> Text,
+        budget_cap_microdollars -> BigInt,
+        margin_target_percent -> Nullable<BigInt>,
+        status -> Text,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
     processor_connections (org_id) {
         org_id -> Text,
         id -> Text,
@@ -327,6 +359,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     event_outbox,
     idempotency_keys,
     instances,
+    tool_costs,
+    customer_bindings,
     processor_connections,
     processor_customers,
     revenue_items,

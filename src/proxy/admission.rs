@@ -72,6 +72,7 @@ impl Admitted {
             trace_id: Some(&self.trace_id),
             source: "proxy",
             event_type: "llm",
+            defer: None,
         }
     }
 }

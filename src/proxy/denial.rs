@@ -31,14 +31,37 @@ pub struct Refused<'a> {
     pub trace_id: Option<&'a str>,
     /// `proxy` or `mcp`.
     pub source: &'a str,
-    /// `llm` or `tool`.
+    /// `llm`, `tool` or `custom`.
     pub event_type: &'a str,
+    /// Set by a caller that must store its own answer before the denial is recorded
+    /// (gate): [`record`] then keeps the rows here instead of writing them.
+    pub defer: Option<&'a Deferred>,
+}
+
+/// Denial rows held back until their caller records them (see [`Refused::defer`]).
+#[derive(Debug, Default)]
+pub struct Deferred(std::sync::Mutex<Vec<OutboxEvent>>);
+
+impl Deferred {
+    pub fn take(&self) -> Vec<OutboxEvent> {
+        self.0.lock().map(|mut rows| std::mem::take(&mut *rows)).unwrap_or_default()
+    }
+
+    fn keep(&self, rows: Vec<OutboxEvent>) {
+        if let Ok(mut kept) = self.0.lock() {
+            kept.extend(rows);
+        }
+    }
 }
 
 /// Writes the denial record (cost 0, `budgetStatus: denied`) with `rows`, its webhook
 /// events, in one commit, before the answer goes out. A failure is logged: the denial
 /// itself stands.
 pub async fn record(state: &AppState, who: &Refused<'_>, rows: Vec<OutboxEvent>) {
+    if let Some(deferred) = who.defer {
+        deferred.keep(rows);
+        return;
+    }
     let mut event = event::build(
         EventSpec {
             key: who.key,

@@ -4,16 +4,19 @@
 //!   would pass every budget the call counts against (key, user, tags, customer). It
 //!   reserves and at once releases, so it applies exactly the rules a real call meets,
 //!   but changes nothing (loop detection is not fed by a check).
-//!   Body: `{ estimateMicrodollars (integer >= 0, required), toolName?, toolServer?,
-//!   sessionId?, customer?, tags? }`. Answer 200:
+//!   Body: `{ estimateMicrodollars? (integer >= 0), toolName?, toolServer?,
+//!   sessionId?, customer?, tags? }`; without an estimate, the configured cost of
+//!   `toolServer`/`toolName` (see `crate::tool_costs`; 0 for a tool never discovered)
+//!   is the estimate, and one of the two is required. Answer 200:
 //!   `{ allowed, code (null or the denial code), message, budget (tightest, or null) }`.
 //! - `POST /v1/mcp/events` records what a tool call cost (`source: mcp`,
 //!   `eventType: tool`, provider `mcp`, model = `toolName`). Its cost is reserved on the
 //!   same budgets first, all or nothing: a call that would pass a strict budget is
 //!   refused with the proxy's 429 codes and `X-Service-Denied: 1`, and leaves a denial
 //!   record (cost 0, `budgetStatus: denied`).
-//!   Body: `{ toolName, toolServer (1-200 chars), costMicrodollars (0 to 10^12),
-//!   durationMs? (0 to one week), sessionId? (<= 200), traceId?, requestId?
+//!   Body: `{ toolName, toolServer (1-200 chars), costMicrodollars? (0 to 10^12;
+//!   absent: the tool's configured cost, or 0 and tag `_svc_unpriced_tool` for a
+//!   tool never discovered), durationMs? (0 to one week), sessionId? (<= 200), traceId?, requestId?
 //!   (correlation only), customer?, tags? }`. Answer 201
 //!   `{ data: { id, createdAt, budgetStatus } }`. Every event is charged: a repeated
 //!   `requestId` is a second tool call, not a duplicate.
@@ -50,11 +53,15 @@ const PROVIDER: &str = "mcp";
 const MAX_TOOL_COST_MICRODOLLARS: i64 = 1_000_000_000_000;
 /// Longest duration one tool event may report: one week.
 const MAX_DURATION_MS: i64 = 604_800_000;
+/// Marks a tool event charged 0 because it carried no cost and its tool has none
+/// configured.
+pub const UNPRICED_TOOL_TAG: &str = "_svc_unpriced_tool";
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckInput {
-    pub estimate_microdollars: i64,
+    #[serde(default)]
+    pub estimate_microdollars: Option<i64>,
     #[serde(default)]
     pub tool_name: Option<String>,
     #[serde(default)]
@@ -72,7 +79,8 @@ pub struct CheckInput {
 pub struct EventInput {
     pub tool_name: String,
     pub tool_server: String,
-    pub cost_microdollars: i64,
+    #[serde(default)]
+    pub cost_microdollars: Option<i64>,
     #[serde(default)]
     pub duration_ms: Option<i64>,
     #[serde(default)]
@@ -87,7 +95,9 @@ pub struct EventInput {
     pub tags: Option<BTreeMap<String, String>>,
 }
 
-async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<KeyIdentity>, ApiError> {
+/// The proxy's key check for its local (non-provider) routes: allowed address, key,
+/// per-key rate limit.
+pub(super) async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<KeyIdentity>, ApiError> {
     super::check_ip(req, state)?;
     let key = super::key_of(req, state).await?;
     if !state.rate_limits.check_key(&key.key_id).allowed {
@@ -138,17 +148,31 @@ pub async fn budget_check(
     let key = authenticate(&req, &state).await?;
     let input: CheckInput = read_json(&req, payload.into_inner()).await?;
     let mut issues = Issues::new();
-    issues.check(input.estimate_microdollars >= 0, &["estimateMicrodollars"], "must be an integer >= 0");
+    issues.check(
+        input.estimate_microdollars.is_none_or(|e| (0..=MAX_TOOL_COST_MICRODOLLARS).contains(&e)),
+        &["estimateMicrodollars"],
+        "must be an integer from 0 to 1,000,000,000,000 (one million dollars)",
+    );
+    issues.check(
+        input.estimate_microdollars.is_some() || (input.tool_name.is_some() && input.tool_server.is_some()),
+        &["estimateMicrodollars"],
+        "is required unless toolServer and toolName name a tool with a configured cost",
+    );
     issues.check(len_ok(&input.tool_name, 200), &["toolName"], "must be 1 to 200 characters");
     issues.check(len_ok(&input.tool_server, 200), &["toolServer"], "must be 1 to 200 characters");
     check_common(&mut issues, &input.session_id, &input.customer, &input.tags);
     issues.finish()?;
+    let estimate = match (input.estimate_microdollars, &input.tool_server, &input.tool_name) {
+        (Some(e), _, _) => e,
+        (None, Some(server), Some(tool)) => configured_cost(&state, &key, server, tool).await?.unwrap_or(0),
+        (None, _, _) => 0,
+    };
     let (tags, customer) = context(&key, input.tags, input.customer);
     let keys = entity_keys(&key, &tags, customer.as_deref());
     let registry = state.budgets.registry();
     let reserve = Reserve {
         reservation_id: registry.next_reservation_id(),
-        estimate: input.estimate_microdollars,
+        estimate,
         session_id: input.session_id.as_deref().map(Arc::from),
         finalize: false,
         fingerprint: None,
@@ -173,16 +197,15 @@ pub async fn budget_check(
             let snapshots: Vec<_> = snapshots
                 .into_iter()
                 .map(|(k, mut s)| {
-                    s.reserved -= input.estimate_microdollars;
-                    s.remaining += input.estimate_microdollars;
+                    s.reserved -= estimate;
+                    s.remaining += estimate;
                     (k, s)
                 })
                 .collect();
             json!({ "allowed": true, "code": null, "message": null, "budget": budget_of(&snapshots) })
         }
         Err(ReserveAllError::Denied { key: entity, denial }) => {
-            let err =
-                denial_error(&entity, &denial.reason, &denial.snapshot, input.estimate_microdollars, None);
+            let err = denial_error(&entity, &denial.reason, &denial.snapshot, estimate, None);
             json!({
                 "allowed": false,
                 "code": err.code,
@@ -207,12 +230,21 @@ pub async fn record_event(
     let input: EventInput = read_json(&req, payload.into_inner()).await?;
     validate_event(&input)?;
     let now = time::now_ms();
-    let (tags, customer) = context(&key, input.tags, input.customer);
+    let (mut tags, customer) = context(&key, input.tags, input.customer);
+    let cost = match input.cost_microdollars {
+        Some(cost) => cost,
+        None => {
+            configured_cost(&state, &key, &input.tool_server, &input.tool_name).await?.unwrap_or_else(|| {
+                tags.insert(UNPRICED_TOOL_TAG.to_owned(), "true".to_owned());
+                0
+            })
+        }
+    };
     let keys = entity_keys(&key, &tags, customer.as_deref());
     let request_id = input.request_id.unwrap_or_else(|| format!("mcp_{}", uuid::Uuid::now_v7()));
     let reserve = Reserve {
         reservation_id: state.budgets.registry().next_reservation_id(),
-        estimate: input.cost_microdollars,
+        estimate: cost,
         session_id: input.session_id.as_deref().map(Arc::from),
         finalize: false,
         fingerprint: None,
@@ -229,6 +261,7 @@ pub async fn record_event(
         trace_id: input.trace_id.as_deref(),
         source: "mcp",
         event_type: "tool",
+        defer: None,
     };
     let call = call_of(&key, PROVIDER, &input.tool_name, now);
     let reservation =
@@ -251,7 +284,7 @@ pub async fn record_event(
         true,
     );
     let row = &mut event.row;
-    row.cost_microdollars = input.cost_microdollars;
+    row.cost_microdollars = cost;
     row.duration_ms = input.duration_ms;
     row.session_id = input.session_id;
     row.trace_id = input.trace_id;
@@ -266,12 +299,23 @@ pub async fn record_event(
         }
         None => return Err(ApiError::internal("writer returned no outcome")),
     };
-    reservation.settle(input.cost_microdollars).await;
+    reservation.settle(cost).await;
     Ok(HttpResponse::build(StatusCode::CREATED).json(json!({ "data": {
         "id": ids::prefixed(ids::COST_EVENT, &id),
         "createdAt": time::iso(created_at),
         "budgetStatus": budget_status,
     }})))
+}
+
+/// The configured cost of a tool of the key's organization, `None` when it was never
+/// discovered.
+async fn configured_cost(
+    state: &AppState,
+    key: &KeyIdentity,
+    server: &str,
+    tool: &str,
+) -> Result<Option<i64>, ApiError> {
+    Ok(state.tool_costs.cost_of(&state.pool, &key.org_id, server, tool).await?)
 }
 
 fn validate_event(input: &EventInput) -> Result<(), ApiError> {
@@ -283,7 +327,7 @@ fn validate_event(input: &EventInput) -> Result<(), ApiError> {
         "must be 1 to 200 characters",
     );
     issues.check(
-        (0..=MAX_TOOL_COST_MICRODOLLARS).contains(&input.cost_microdollars),
+        input.cost_microdollars.is_none_or(|c| (0..=MAX_TOOL_COST_MICRODOLLARS).contains(&c)),
         &["costMicrodollars"],
         "must be an integer from 0 to 1,000,000,000,000 (one million dollars)",
     );

@@ -2,6 +2,8 @@
 //! Every response carries `X-Service-Trace-Id`.
 
 pub mod admission;
+pub mod customers;
+mod customers_doc;
 pub mod denial;
 pub mod events;
 pub mod forward;
@@ -90,8 +92,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/v1/policy", web::get().to(policy::get_policy))
             .route("/v1/mcp/budget/check", web::post().to(mcp::budget_check))
             .route("/v1/mcp/events", web::post().to(mcp::record_event))
+            .route("/v1/bind", web::post().to(customers::bind))
+            .route("/v1/gate", web::post().to(customers::gate))
+            .route("/v1/customers/{customer_id}/unit-economics", web::get().to(customers::unit_economics))
             .default_service(web::to(not_found)),
     );
 }
 
 pub use openapi::ApiDoc;
+
+/// The per-customer endpoints' part of the OpenAPI document.
+pub fn customers_doc_api() -> utoipa::openapi::OpenApi {
+    <customers_doc::ApiDoc as utoipa::OpenApi>::openapi()
+}

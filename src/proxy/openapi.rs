@@ -52,7 +52,9 @@ pub struct ProxyHeaders {
 #[derive(ToSchema)]
 #[schema(rename_all = "camelCase")]
 pub struct McpCheckInput {
-    estimate_microdollars: i64,
+    /// 0 to 10^12. Absent: the configured cost of `toolServer`/`toolName` (0 for a
+    /// tool never discovered); then both of those are required.
+    estimate_microdollars: Option<i64>,
     tool_name: Option<String>,
     tool_server: Option<String>,
     /// 1-200 characters.
@@ -88,12 +90,15 @@ pub struct McpBudget {
 pub struct McpEventInput {
     tool_name: String,
     tool_server: String,
-    cost_microdollars: i64,
+    /// 0 to 10^12. Absent: the tool's configured cost (`/api/tool-costs`), or 0 and
+    /// tag `_svc_unpriced_tool` for a tool never discovered.
+    cost_microdollars: Option<i64>,
     duration_ms: Option<i64>,
     session_id: Option<String>,
     /// 32 lowercase hex.
     trace_id: Option<String>,
-    /// Dedup identity; a repeat answers 200 with the original event.
+    /// Correlation only: every event is a tool call and is charged, a repeated
+    /// `requestId` included.
     request_id: Option<String>,
     customer: Option<String>,
     tags: Option<BTreeMap<String, String>>,
@@ -182,7 +187,6 @@ fn mcp_budget_check() {}
 #[utoipa::path(post, path = "/v1/mcp/events", tag = "proxy", security(("serviceKey" = [])),
     request_body = McpEventInput,
     responses((status = 201, description = "Recorded", body = Data<McpRecorded>),
-        (status = 200, description = "A duplicate request id: the original event", body = Data<McpRecorded>),
         (status = 403, description = "forbidden or customer_not_allowed"),
         (status = 429, description = "rate_limit_exceeded or a budget enforcement code, with X-Service-Denied: 1")))]
 fn mcp_events() {}

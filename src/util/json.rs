@@ -146,10 +146,18 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
 /// The body of a handler that must authenticate before it reads the body (so that a
 /// call without a valid key is 401 whatever its body): the same checks as [`JsonBody`].
 pub async fn read_json<T: DeserializeOwned>(req: &HttpRequest, payload: Payload) -> Result<T, ApiError> {
+    Ok(read_json_body(req, payload).await?.value)
+}
+
+/// [`read_json`] keeping the exact bytes (idempotency fingerprints hash them).
+pub async fn read_json_body<T: DeserializeOwned>(
+    req: &HttpRequest,
+    payload: Payload,
+) -> Result<JsonBody<T>, ApiError> {
     require_json_content_type(req)?;
     check_content_length(req, MAX_BODY_BYTES)?;
     let raw = read_body(payload, MAX_BODY_BYTES).await?;
-    parse::<T>(&raw)
+    Ok(JsonBody { value: parse::<T>(&raw)?, raw })
 }
 
 /// Deserializes a field that distinguishes "absent" (`None`) from "null"

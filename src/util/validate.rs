@@ -61,6 +61,22 @@ pub fn is_trace_id(s: &str) -> bool {
     is_lower_hex(s, 32) && !all_zeros(s)
 }
 
+/// Nesting levels of a JSON value: a scalar is 0, `{}` and `[]` are 1, `{"a": []}` is 2.
+pub fn json_depth(value: &serde_json::Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0_usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match v {
+            serde_json::Value::Array(items) => Box::new(items.iter()),
+            serde_json::Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    deepest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +109,18 @@ mod tests {
         assert_eq!(trimmed_name("  ci  ", 1, 50).as_deref(), Some("ci"));
         assert_eq!(trimmed_name("   ", 1, 50), None);
         assert_eq!(trimmed_name(&"x".repeat(51), 1, 50), None);
+    }
+
+    #[test]
+    fn json_nesting_depth() {
+        use serde_json::json;
+        assert_eq!(json_depth(&json!(1)), 0);
+        assert_eq!(json_depth(&json!({})), 1);
+        assert_eq!(json_depth(&json!({ "a": [1, { "b": [] }] })), 4);
+        let mut deep = json!(0);
+        for _ in 0..11 {
+            deep = json!({ "x": deep });
+        }
+        assert_eq!(json_depth(&deep), 11);
     }
 }

@@ -1,0 +1,398 @@
+//! The per-customer budget endpoints of the proxy (`X-Service-Key`):
+//!
+//! - `POST /v1/bind` binds a customer to a plan reference and a budget cap (the
+//!   customer's budget, written in the same transaction).
+//! - `POST /v1/gate` decides whether a customer may spend an estimate. With
+//!   `sendEvent: true` the decision reserves on the same budget actors a proxied call
+//!   with `X-Service-Customer` meets (and, with shared budgets, in the database), and an
+//!   allowed decision is a durable cost event (`provider: gate`): concurrent gates can
+//!   never both pass the cap. With `sendEvent: false` it only reads the customer's
+//!   budget. A denial is 200 `allowed: false`; its record and its
+//!   `customer_budget.exceeded` event are written after the answer was stored for
+//!   idempotent replay, so a replay never fires it again.
+//! - `GET /v1/customers/{customerId}/unit-economics` shows the binding, the budget,
+//!   lifetime cost and the latest gate decision.
+//!
+//! Replays of bind and gate carry `Idempotent-Replayed: true`.
+
+use std::sync::Arc;
+
+use actix_web::http::header::{HeaderName, RETRY_AFTER};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use actors::budget::{BudgetSnapshot, EntityType, Reserve};
+use actors::store::EntityKey;
+use serde_json::{json, Value};
+
+use super::admission::call_of;
+use super::denial::{self, Deferred, Refused};
+use super::mcp::authenticate;
+use super::reservation::{Ask, Reservation};
+use crate::accounting::event::{self, Dedup, EventSpec};
+use crate::accounting::targets::entity_keys;
+use crate::auth::keys::KeyIdentity;
+use crate::customers::{self, BindingView, GateRequest};
+use crate::db::bindings::{self, Bound, GATE_PROVIDER};
+use crate::db::models::{Budget, CustomerBinding};
+use crate::error::{ApiError, ErrorCode};
+use crate::idempotency::{self, Ran, Scope};
+use crate::state::AppState;
+use crate::util::json::read_json_body;
+use crate::util::{ids, time};
+
+pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+fn not_allowed() -> ApiError {
+    ApiError::new(ErrorCode::CustomerNotAllowed, "This API key may not act for that customer")
+}
+
+fn customer_key(key: &KeyIdentity, customer: &str) -> EntityKey {
+    EntityKey::new(key.org_id.clone(), EntityType::Customer, customer.to_owned())
+}
+
+/// `POST /v1/bind`.
+pub async fn bind(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let key = authenticate(&req, &state).await?;
+    let idempotency_key = idempotency::header_key(&req)?;
+    let body = read_json_body::<Value>(&req, payload.into_inner()).await?;
+    let bind = customers::parse_bind(&body.value)?;
+    if !customers::allowed(&key, &bind.customer_id) {
+        return Err(not_allowed());
+    }
+    let scope = Scope {
+        pool: &state.pool,
+        instance: &state.instance_id,
+        key: idempotency_key,
+        key_hash: &key.key_hash,
+        route: "/v1/bind",
+        body: &body.raw,
+        replay_header: REPLAYED,
+    };
+    let (response, _) = idempotency::run_in(scope, || async {
+        let now = time::now_ms();
+        let row = CustomerBinding {
+            id: uuid::Uuid::new_v4().to_string(),
+            org_id: key.org_id.clone(),
+            customer_id: bind.customer_id.clone(),
+            plan_ref: bind.plan_ref,
+            budget_cap_microdollars: bind.budget_cap,
+            margin_target_percent: bind.margin_target_percent,
+            status: bindings::ACTIVE.to_owned(),
+            created_at: now,
+            updated_at: now,
+        };
+        let budget = customer_budget(&key.org_id, &bind.customer_id, bind.budget_cap, now);
+        let bound = bindings::bind(&state.pool, row, budget).await.map_err(|e| {
+            ApiError::new(ErrorCode::InternalError, format!("Could not store the binding: {e}"))
+        })?;
+        match bound {
+            Bound::Active(saved) => {
+                state.budgets.registry().invalidate(&customer_key(&key, &saved.customer_id)).await.ok();
+                Ok((StatusCode::OK, json!(BindingView::from(&saved))))
+            }
+            Bound::Inactive(existing) => Err(ApiError::new(
+                ErrorCode::BindingInactive,
+                format!("The binding of this customer is {}; nothing was changed", existing.status),
+            )),
+        }
+    })
+    .await?;
+    Ok(response)
+}
+
+/// The customer's budget as bind creates it: strict, the cap as its limit, no period.
+fn customer_budget(org_id: &str, customer: &str, cap: i64, now: i64) -> Budget {
+    Budget {
+        id: ids::new_id(),
+        org_id: org_id.to_owned(),
+        entity_type: EntityType::Customer.as_str().to_owned(),
+        entity_id: customer.to_owned(),
+        max_budget_microdollars: cap,
+        spend_microdollars: 0,
+        reserved_microdollars: 0,
+        policy: "strict_block".to_owned(),
+        reset_interval: None,
+        current_period_start: None,
+        threshold_percentages: "[50,80,90,95]".to_owned(),
+        velocity_limit_microdollars: None,
+        velocity_window_seconds: None,
+        velocity_cooldown_seconds: None,
+        session_limit_microdollars: None,
+        finalization_reserve_microdollars: None,
+        loop_max_calls: None,
+        loop_window_seconds: None,
+        loop_aggregate_max_keys: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// `POST /v1/gate`.
+pub async fn gate(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let key = authenticate(&req, &state).await?;
+    let idempotency_key = idempotency::header_key(&req)?;
+    let body = read_json_body::<Value>(&req, payload.into_inner()).await?;
+    let gate = customers::parse_gate(&body.value)?;
+    if !customers::allowed(&key, &gate.customer_id) {
+        return Err(not_allowed());
+    }
+    let decision_id = format!("dec_{}", uuid::Uuid::now_v7());
+    let request_id = idempotency_key.clone().unwrap_or_else(|| decision_id.clone());
+    let deferred = Deferred::default();
+    let scope = Scope {
+        pool: &state.pool,
+        instance: &state.instance_id,
+        key: idempotency_key,
+        key_hash: &key.key_hash,
+        route: "/v1/gate",
+        body: &body.raw,
+        replay_header: REPLAYED,
+    };
+    let ctx =
+        GateContext { state: &state, key: &key, gate: &gate, request_id: &request_id, defer: &deferred };
+    let (response, ran) =
+        idempotency::run_in(scope, || async { Ok((StatusCode::OK, decide(&ctx, &decision_id).await?)) })
+            .await?;
+    let rows = deferred.take();
+    if ran == Ran::Handler && !rows.is_empty() {
+        denial::record(&state, &ctx.refused(None), rows).await;
+    }
+    Ok(response)
+}
+
+struct GateContext<'a> {
+    state: &'a AppState,
+    key: &'a Arc<KeyIdentity>,
+    gate: &'a GateRequest,
+    request_id: &'a str,
+    defer: &'a Deferred,
+}
+
+impl GateContext<'_> {
+    fn model(&self) -> &str {
+        self.gate.feature.as_deref().unwrap_or("")
+    }
+
+    fn refused<'s>(&'s self, defer: Option<&'s Deferred>) -> Refused<'s> {
+        Refused {
+            key: self.key,
+            provider: GATE_PROVIDER,
+            model: self.model(),
+            request_id: self.request_id,
+            tags: &self.key.default_tags,
+            customer: Some(&self.gate.customer_id),
+            session: None,
+            trace_id: None,
+            source: "api",
+            event_type: "custom",
+            defer,
+        }
+    }
+}
+
+/// The decision's answer body (always 200).
+async fn decide(ctx: &GateContext<'_>, decision_id: &str) -> Result<Value, ApiError> {
+    let state = ctx.state;
+    let binding = bindings::find(&state.pool, &ctx.key.org_id, &ctx.gate.customer_id).await?;
+    if binding.is_none_or(|b| b.status != bindings::ACTIVE) {
+        return Ok(denied(ctx, decision_id, "bind_not_found", None, None).await);
+    }
+    let customer = customer_key(ctx.key, &ctx.gate.customer_id);
+    if !ctx.gate.send_event {
+        let snapshot = state.budgets.registry().snapshot(&customer).await.map_err(ApiError::unavailable)?;
+        let Some(s) = snapshot else {
+            return Ok(denied(ctx, decision_id, "bind_not_found", None, None).await);
+        };
+        return Ok(if s.remaining >= ctx.gate.estimate {
+            allowed(decision_id, s.remaining - ctx.gate.estimate)
+        } else {
+            denied(ctx, decision_id, "budget_exceeded", Some(s.remaining), None).await
+        });
+    }
+    charge(ctx, decision_id, &customer).await
+}
+
+/// `sendEvent: true`: reserve everywhere the customer's calls count, record the spend,
+/// settle; or answer the denial (recorded by the caller after the answer is stored).
+async fn charge(ctx: &GateContext<'_>, decision_id: &str, customer: &EntityKey) -> Result<Value, ApiError> {
+    let state = ctx.state;
+    let now = time::now_ms();
+    let keys = entity_keys(ctx.key, &ctx.key.default_tags, Some(&ctx.gate.customer_id));
+    let estimate = ctx.gate.estimate;
+    let reserve = Reserve {
+        reservation_id: state.budgets.registry().next_reservation_id(),
+        estimate,
+        session_id: None,
+        finalize: false,
+        fingerprint: None,
+        now_ms: now,
+    };
+    let call = call_of(ctx.key, GATE_PROVIDER, ctx.model(), now);
+    let ask = Ask { keys: &keys, reserve: &reserve, call, refused: ctx.refused(Some(ctx.defer)) };
+    let reservation = match Reservation::acquire(state, ask).await {
+        Ok(r) => r,
+        Err(err) if err.code.status() == StatusCode::TOO_MANY_REQUESTS => {
+            let remaining = remaining_of(state, customer).await;
+            let retry_after =
+                err.headers.iter().find(|(n, _)| n == RETRY_AFTER).and_then(|(_, v)| v.parse().ok());
+            return Ok(denied(ctx, decision_id, "budget_exceeded", remaining, retry_after).await);
+        }
+        Err(err) => return Err(err),
+    };
+    let remaining = reservation
+        .snapshots()
+        .iter()
+        .find(|(k, _)| k == customer)
+        .map(|(_, s): &(EntityKey, BudgetSnapshot)| s.remaining);
+    let mut event = event::build(
+        EventSpec {
+            key: ctx.key,
+            request_id: ctx.request_id.to_owned(),
+            provider: GATE_PROVIDER.to_owned(),
+            model: ctx.model().to_owned(),
+            source: "api",
+            event_type: "custom",
+            tags: ctx.key.default_tags.clone(),
+            customer: Some(ctx.gate.customer_id.clone()),
+            budget_status: reservation.budget_status(),
+            dedup: Dedup::Never,
+            now,
+        },
+        true,
+    );
+    event.row.cost_microdollars = estimate;
+    event.holds = reservation.holds();
+    state
+        .writer
+        .commit(vec![event])
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::InternalError, format!("Could not record the spend: {e}")))?;
+    reservation.settle(estimate).await;
+    Ok(allowed(decision_id, remaining.unwrap_or(0)))
+}
+
+async fn remaining_of(state: &AppState, customer: &EntityKey) -> Option<i64> {
+    state.budgets.registry().snapshot(customer).await.ok().flatten().map(|s| s.remaining)
+}
+
+fn allowed(decision_id: &str, remaining: i64) -> Value {
+    json!({ "allowed": true, "decisionId": decision_id, "remaining": remaining.max(0) })
+}
+
+async fn denied(
+    ctx: &GateContext<'_>,
+    decision_id: &str,
+    reason: &str,
+    remaining: Option<i64>,
+    retry_after: Option<i64>,
+) -> Value {
+    let bind_missing = reason == "bind_not_found";
+    let mut answer = json!({
+        "allowed": false,
+        "reason": reason,
+        "decisionId": decision_id,
+        "recovery": {
+            "retryable": bind_missing || retry_after.is_some(),
+            "owner_action_required": retry_after.is_none(),
+            "retry_after_seconds": retry_after,
+            "docs": null,
+        },
+    });
+    if let Some(r) = remaining {
+        answer["remaining"] = json!(r.max(0));
+    }
+    if ctx.gate.with_preview {
+        answer["preview"] = preview(ctx, bind_missing, remaining.unwrap_or(0).max(0)).await;
+    }
+    answer
+}
+
+async fn preview(ctx: &GateContext<'_>, bind_missing: bool, balance: i64) -> Value {
+    let upgrade_url = crate::db::orgs::find(&ctx.state.pool, &ctx.key.org_id)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|o| o.customer_upgrade_url);
+    let (scenario, title, message) = if bind_missing {
+        ("feature_flag", "Not available yet", "This feature is not enabled for your account.")
+    } else {
+        ("budget_exceeded", "Budget reached", "Your usage budget does not cover this request.")
+    };
+    json!({
+        "scenario": scenario,
+        "title": title,
+        "message": message,
+        "customerId": ctx.gate.customer_id,
+        "currentBalance": balance,
+        "requiredBalance": ctx.gate.estimate,
+        "upgradeUrl": upgrade_url,
+    })
+}
+
+/// `GET /v1/customers/{customerId}/unit-economics`.
+pub async fn unit_economics(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let key = authenticate(&req, &state).await?;
+    let customer_id = customers::customer_id(Some(&Value::String(path.into_inner())))?;
+    let hidden = || ApiError::not_found("Customer");
+    if !customers::allowed(&key, &customer_id) {
+        return Err(hidden());
+    }
+    let binding = bindings::find(&state.pool, &key.org_id, &customer_id).await?.ok_or_else(hidden)?;
+    let live = remaining_snapshot(&state, &key, &customer_id).await;
+    let stored =
+        crate::db::budgets::find_by_entity(&state.pool, &key.org_id, "customer", &customer_id).await?;
+    let (lifetime, count) = bindings::lifetime_cost(&state.pool, &key.org_id, &customer_id).await?;
+    let latest = bindings::latest_gate_decision(&state.pool, &key.org_id, &customer_id).await?;
+    let budget = budget_figures(&binding, stored.as_ref(), live.as_ref());
+    let view = BindingView::from(&binding);
+    Ok(HttpResponse::Ok().json(json!({
+        "customerId": customer_id,
+        "binding": {
+            "bindingId": view.binding_id,
+            "planRef": view.plan_ref,
+            "budgetCapMicrodollars": view.budget_cap_microdollars,
+            "marginTargetPercent": view.margin_target_percent,
+            "status": view.status,
+        },
+        "budget": budget,
+        "cost": { "lifetimeCostMicrodollars": lifetime, "eventCount": count },
+        "latestBudgetCheck": {
+            "decision": latest.as_ref().map(|(d, _)| d.clone()),
+            "at": latest.map(|(_, at)| time::iso(at)),
+        },
+    })))
+}
+
+/// The customer's budget as stored (committed spend, every instance's), less what this
+/// instance holds in flight; `propagated` once the enforcer has loaded the cap.
+fn budget_figures(
+    binding: &CustomerBinding,
+    stored: Option<&Budget>,
+    live: Option<&BudgetSnapshot>,
+) -> Value {
+    let max = stored.map_or(binding.budget_cap_microdollars, |b| b.max_budget_microdollars);
+    let spend = stored.map_or(0, |b| b.spend_microdollars);
+    let in_flight = live.map_or(0, |s| s.reserved);
+    json!({
+        "maxMicrodollars": max,
+        "spendMicrodollars": spend,
+        "remainingMicrodollars": max.saturating_sub(spend).saturating_sub(in_flight).max(0),
+        "propagated": live.is_some_and(|s| s.limit == binding.budget_cap_microdollars),
+    })
+}
+
+async fn remaining_snapshot(state: &AppState, key: &KeyIdentity, customer: &str) -> Option<BudgetSnapshot> {
+    state.budgets.registry().snapshot(&customer_key(key, customer)).await.ok().flatten()
+}
