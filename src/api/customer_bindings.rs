@@ -36,7 +36,7 @@ pub async fn list_bindings(state: web::Data<AppState>, auth: SessionAuth) -> Res
     responses((status = 200, body = Data<BindingView>), (status = 400, description = "invalid_customer_id"),
         (status = 401, description = "authentication_required"), (status = 403, description = "forbidden"),
         (status = 404, description = "not_found: no such binding or transition")))]
-#[post("/customer-bindings/{customer_id}/{transition}")]
+#[post("/customer-bindings/{customerId}/{transition}")]
 pub async fn set_binding_status(
     state: web::Data<AppState>,
     auth: SessionAuth,
