@@ -22,6 +22,11 @@ pub struct Config {
     pub processor_url: String,
     pub internal_secret: Option<String>,
     pub cron_secret: Option<String>,
+    /// Encrypts processor keys at rest (AES-256-GCM under its SHA-256); processor
+    /// connections are refused while it is unset.
+    pub secret_key: Option<String>,
+    /// How often the service syncs processor revenue itself; `None` = never.
+    pub revenue_sync_interval: Option<Duration>,
     pub dev: bool,
     pub default_plan: Plan,
     pub open_signup: bool,
@@ -98,6 +103,11 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("processor_url", "payment-processor API base (default https://api.stripe.com)"),
     ("internal_secret", "shared secret of the /internal routes"),
     ("cron_secret", "bearer secret of scheduler calls"),
+    (
+        "secret_key",
+        "secret (at least 32 characters) that encrypts payment-processor keys at rest; margins need it",
+    ),
+    ("revenue_sync_interval_secs", "scheduled processor revenue sync interval, 0 = off (default 3600)"),
     ("dev", "1 = local development mode"),
     (
         "default_plan",
@@ -210,6 +220,16 @@ impl Config {
             processor_url: r.url("processor_url", "https://api.stripe.com")?,
             internal_secret: r.optional("internal_secret"),
             cron_secret: r.optional("cron_secret"),
+            secret_key: match r.optional("secret_key") {
+                Some(v) if v.chars().count() < 32 => {
+                    return Err(r.bad("secret_key", "at least 32 characters"))
+                }
+                v => v,
+            },
+            revenue_sync_interval: match r.number::<u64>("revenue_sync_interval_secs", 3600)? {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
             dev,
             // A self-hosted install limits nobody; an operator who runs spendgate for
             // others sets `default_plan` (and `spendgate org set-plan` per organization).

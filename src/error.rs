@@ -28,6 +28,8 @@ pub enum ErrorCode {
     InvalidFeature,
     CustomerDataUnsupported,
     BindingInactive,
+    /// The payment processor rejected the supplied key.
+    ProcessorValidationFailed,
     AuthenticationRequired,
     Unauthorized,
     Forbidden,
@@ -75,6 +77,7 @@ impl ErrorCode {
             | Self::InvalidEstimate
             | Self::InvalidFeature
             | Self::CustomerDataUnsupported
+            | Self::ProcessorValidationFailed
             | Self::InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
             Self::AuthenticationRequired | Self::Unauthorized => StatusCode::UNAUTHORIZED,
             // The spec leaves mandate_violation's status open; a policy refusal of an

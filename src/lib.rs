@@ -17,12 +17,14 @@ pub mod db;
 pub mod error;
 pub mod idempotency;
 pub mod instances;
+pub mod margins;
 pub mod metrics;
 pub mod openapi;
 pub mod periods;
 pub mod plans;
 pub mod policy;
 pub mod pricing;
+pub mod processor;
 pub mod proxy;
 pub mod ratelimit;
 pub mod state;
@@ -62,6 +64,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
         .await
         .map_err(io::Error::other)?;
+    margins::scheduler::start(state.pool.clone(), state.config.clone(), state.instance_id.clone());
     if state.config.shared_budgets {
         db::shared_budgets::start_reaper(state.pool.clone());
     }

@@ -13,6 +13,8 @@ mod customers;
 mod health;
 mod ingest;
 mod keys;
+mod margins;
+mod margins_more;
 mod mock_selftest;
 mod openapi;
 mod orgs;

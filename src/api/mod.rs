@@ -6,10 +6,13 @@ pub mod budgets;
 pub mod cost_events;
 pub mod cost_events_ingest;
 pub mod customer_bindings;
+pub mod customer_mappings;
 pub mod health;
 pub mod keys;
+pub mod margins;
 pub mod openapi;
 pub mod orgs;
+pub mod payprocessor;
 pub mod policy;
 pub mod schemas;
 pub mod tool_costs;
@@ -85,6 +88,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(policy::configure)
             .configure(tool_costs::configure)
             .configure(customer_bindings::configure)
+            .configure(payprocessor::configure)
+            .configure(customer_mappings::configure)
+            .configure(margins::configure)
             .configure(openapi::configure)
             .default_service(web::to(not_found)),
     )

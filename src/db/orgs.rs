@@ -294,8 +294,9 @@ pub async fn update_org(
     })
 }
 
-/// Deletes an organization with its memberships and invitations, detaches the
-/// sessions pointing at it and revokes its API keys, all in one transaction.
+/// Deletes an organization with its memberships, invitations, budgets and margins
+/// data (processor key, revenue, mappings), detaches the sessions pointing at it
+/// and revokes its API keys, all in one transaction.
 /// The `org.deleted` audit row is written first and survives the organization, so
 /// an operator can still tell who deleted it. `DbError::NotFound` (and a rollback)
 /// when the organization is already gone.
@@ -332,6 +333,8 @@ pub async fn delete_org(pool: &Pool, org_id: &str, actor_id: &str, now: i64) -> 
         diesel::delete(customer_bindings::table.filter(customer_bindings::org_id.eq(org_id)))
             .execute(conn)
             .await?;
+        // The processor key and revenue data go too (margins).
+        crate::delete_margins_data!(conn, org_id);
         let deleted = diesel::delete(organizations::table.find(org_id)).execute(conn).await?;
         if deleted == 0 {
             return Err(DbError::NotFound);

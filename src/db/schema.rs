@@ -268,6 +268,79 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    processor_connections (org_id) {
+        org_id -> Text,
+        id -> Text,
+        key_ciphertext -> Text,
+        key_prefix -> Text,
+        status -> Text,
+        created_at -> BigInt,
+        last_sync_at -> Nullable<BigInt>,
+        sync_status -> Text,
+        last_error -> Nullable<Text>,
+        skipped_currencies -> Text,
+    }
+}
+
+diesel::table! {
+    processor_customers (org_id, processor_customer_id) {
+        org_id -> Text,
+        processor_customer_id -> Text,
+        name -> Nullable<Text>,
+        email -> Nullable<Text>,
+        metadata -> Text,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    revenue_items (org_id, object_id) {
+        org_id -> Text,
+        object_id -> Text,
+        kind -> Text,
+        processor_customer_id -> Text,
+        period -> Text,
+        amount_microdollars -> BigInt,
+        gross_cents -> BigInt,
+        net_cents -> BigInt,
+        occurred_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    customer_mappings (id) {
+        id -> Text,
+        org_id -> Text,
+        processor_customer_id -> Text,
+        tag_key -> Text,
+        tag_value -> Text,
+        match_type -> Text,
+        confidence -> Nullable<Double>,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    margin_tiers (org_id, processor_customer_id, tag_key, period) {
+        org_id -> Text,
+        processor_customer_id -> Text,
+        tag_key -> Text,
+        period -> Text,
+        tier -> Text,
+        margin -> Nullable<Double>,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    sync_leases (name) {
+        name -> Text,
+        holder -> Text,
+        expires_at -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     users,
     organizations,
@@ -288,4 +361,10 @@ diesel::allow_tables_to_appear_in_same_query!(
     instances,
     tool_costs,
     customer_bindings,
+    processor_connections,
+    processor_customers,
+    revenue_items,
+    customer_mappings,
+    margin_tiers,
+    sync_leases,
 );

@@ -72,6 +72,9 @@ pub fn document() -> utoipa::openapi::OpenApi {
         crate::api::policy::ApiDoc::openapi(),
         crate::api::tool_costs::ApiDoc::openapi(),
         crate::api::customer_bindings::ApiDoc::openapi(),
+        crate::api::payprocessor::ApiDoc::openapi(),
+        crate::api::customer_mappings::ApiDoc::openapi(),
+        crate::api::margins::ApiDoc::openapi(),
         crate::proxy::ApiDoc::openapi(),
         crate::proxy::customers_doc_api(),
     ] {
