@@ -26,6 +26,13 @@
 //! Run: `cargo bench --bench proxy` (env `PROXY_BENCH_REQUESTS`, default 5000;
 //! `PROXY_BENCH_SECONDS`, default 5; `PROXY_BENCH_CLIENTS`, default 32;
 //! `PROXY_BENCH_LOG`, default `warn`; `PROXY_BENCH_FIXED_BODY=1`, see [`body`]).
+//!
+//! `PROXY_BENCH_MODE=soak cargo bench --bench proxy`: the soak run instead (see
+//! [`soak`]; `PROXY_BENCH_SOAK_SECONDS`, default 300; `PROXY_BENCH_SOAK_CLIENTS`,
+//! default `32,256`).
+
+#[path = "proxy/soak.rs"]
+mod soak;
 
 use std::error::Error;
 use std::io::{BufRead, BufReader};
@@ -686,7 +693,8 @@ async fn run() -> Result<(), BoxError> {
 fn main() {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let result = rt.block_on(run());
+    let soak = std::env::var("PROXY_BENCH_MODE").is_ok_and(|m| m == "soak");
+    let result = if soak { rt.block_on(soak::run()) } else { rt.block_on(run()) };
     drop(rt);
     if let Err(e) = result {
         eprintln!("proxy bench failed: {e}");

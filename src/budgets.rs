@@ -7,7 +7,7 @@ use std::sync::Arc;
 use actors::budget::{
     BudgetConfig, EntityType, EventSink, LedgerEvent, LoopConfig, Policy, ResetInterval, VelocityConfig,
 };
-use actors::registry::{BudgetRegistry, RegistryConfig};
+use actors::registry::{BudgetRegistry, RegistryConfig, RegistryError};
 use actors::store::{BudgetStore, EntityKey, StoreError, StoredBudget};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::db::cost_events::SpendChange;
 use crate::db::models::Budget;
 use crate::db::Pool;
+use crate::error::{ApiError, ErrorCode};
 
 /// One budget entity as the control plane names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -135,6 +136,33 @@ impl EventSink for OutboxSink {
     }
 }
 
+/// A reservation the budget actors hold for a call whose cost event is being committed:
+/// settled on them once the commit is in, together with the other reservations of the
+/// same commit (see [`BudgetService::settle_committed`]).
+#[derive(Debug, Clone)]
+pub struct ReservationTicket {
+    pub reservation_id: u64,
+    /// Every entity the reservation was sent to.
+    pub keys: Vec<EntityKey>,
+}
+
+/// The answer to a reservation that was refused before any budget decided on it: 503
+/// `service_unavailable` with `Retry-After`, saying which budget was busy and why.
+pub fn admission_error(entity: &EntityKey, error: &RegistryError) -> ApiError {
+    let busy = |why: String| {
+        tracing::warn!(entity = %entity, reason = %why, "reservation refused: budget busy");
+        ApiError::new(
+            ErrorCode::ServiceUnavailable,
+            format!("The budget for {} {} is busy: {why}", entity.entity_type.as_str(), entity.entity_id),
+        )
+        .with_header(actix_web::http::header::RETRY_AFTER, "1")
+    };
+    match error {
+        RegistryError::DeadlinePassed { .. } | RegistryError::Overloaded { .. } => busy(error.to_string()),
+        _ => ApiError::unavailable(format!("budget of {entity} unavailable: {error}")),
+    }
+}
+
 /// Handle to the budget actors.
 #[derive(Clone)]
 pub struct BudgetService {
@@ -175,6 +203,34 @@ impl BudgetService {
     /// Live velocity windows and breaker states of an organization's entities.
     pub async fn velocity_state(&self, org_id: &str) -> Vec<Value> {
         self.registry.velocity_state(org_id).await
+    }
+
+    /// The reservations settled by one accounting commit (each with its committed
+    /// cost): one message per budget entity however many calls the commit held, so the
+    /// settles of a busy commit do not flood a hot entity's mailbox.
+    pub fn settle_committed(&self, settled: Vec<(ReservationTicket, i64)>) {
+        if settled.is_empty() {
+            return;
+        }
+        let mut batches: Vec<(EntityKey, Vec<(u64, i64)>)> = Vec::new();
+        let mut index: std::collections::HashMap<EntityKey, usize> = std::collections::HashMap::new();
+        for (ticket, actual) in settled {
+            for key in ticket.keys {
+                let at = *index.entry(key.clone()).or_insert_with(|| {
+                    batches.push((key, Vec::new()));
+                    batches.len() - 1
+                });
+                if let Some((_, settles)) = batches.get_mut(at) {
+                    settles.push((ticket.reservation_id, actual));
+                }
+            }
+        }
+        let registry = self.registry.clone();
+        let now = crate::util::time::now_ms();
+        // The writer task is a plain tokio task (no actix local set): spawn likewise.
+        tokio::spawn(async move {
+            registry.settle_batch(batches, now).await;
+        });
     }
 
     /// Spend committed by the accounting writer without a reservation (SDK cost

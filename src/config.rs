@@ -45,7 +45,15 @@ pub struct Config {
     pub workers: usize,
     /// Actor arbiters (threads) the budget actors are spread over.
     pub arbiters: usize,
-    pub mailbox_capacity: usize,
+    /// How long a reservation may wait for its budget actors (and a proxied call for
+    /// room among the unsettled calls) before it is answered 503.
+    pub admission_deadline: Duration,
+    /// Reservations that may wait for one budget entity before new ones are answered 503.
+    pub max_waiting_reservations: usize,
+    /// Proxied calls admitted and not yet recorded (their cost event not committed) at
+    /// once; further calls wait in admission, so memory stays bounded when the proxy
+    /// outpaces the accounting writer.
+    pub max_unsettled_calls: usize,
     pub actor_idle_timeout: Duration,
     pub actor_restart_backoff: Duration,
     pub session_ttl: Duration,
@@ -128,7 +136,15 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("db_max_connections", "database pool size (default 16)"),
     ("workers", "HTTP worker threads per listener (default: number of cores)"),
     ("arbiters", "threads the budget actors are spread over (default: number of cores)"),
-    ("mailbox_capacity", "budget actor mailbox capacity (default 1024)"),
+    (
+        "admission_deadline_ms",
+        "a reservation (or a proxied call waiting for room) is answered 503 after waiting this long (default 5000)",
+    ),
+    ("max_waiting_reservations", "reservations waiting for one budget before 503 (default 10000)"),
+    (
+        "max_unsettled_calls",
+        "proxied calls admitted and not yet recorded; more wait in admission (default 2048)",
+    ),
     ("actor_idle_timeout_secs", "stop budget actors idle this long (default 600)"),
     ("actor_restart_backoff_ms", "first restart backoff of a failed actor (default 100)"),
     ("session_ttl_hours", "dashboard session lifetime (default 168)"),
@@ -249,7 +265,9 @@ impl Config {
             db_max_connections: r.positive("db_max_connections", 16)?,
             workers: r.positive("workers", cores)?,
             arbiters: r.positive("arbiters", cores)?,
-            mailbox_capacity: r.positive("mailbox_capacity", 1024)?,
+            admission_deadline: Duration::from_millis(r.number("admission_deadline_ms", 5_000)?),
+            max_waiting_reservations: r.positive("max_waiting_reservations", 10_000)?,
+            max_unsettled_calls: r.positive("max_unsettled_calls", 2_048)?,
             actor_idle_timeout: Duration::from_secs(r.positive("actor_idle_timeout_secs", 600)?),
             actor_restart_backoff: Duration::from_millis(r.positive("actor_restart_backoff_ms", 100)?),
             session_ttl: Duration::from_secs(3600 * r.positive::<u64>("session_ttl_hours", 168)?),

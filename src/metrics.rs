@@ -3,6 +3,8 @@
 
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
+pub mod budget;
+
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
@@ -24,6 +26,8 @@ pub struct Metrics {
     pub accounting: IntCounterVec,
     /// Commit jobs waiting for the accounting writer (refreshed at each scrape).
     pub accounting_queue: IntGauge,
+    /// Admission figures of the budget actors: refusals, mailbox waits, busiest entities.
+    pub budget: budget::BudgetMetrics,
 }
 
 impl Metrics {
@@ -35,7 +39,7 @@ impl Metrics {
             IntGauge::new("live_budget_actors", "Budget actors currently running").expect("valid gauge");
         registry.register(Box::new(live_actors.clone())).expect("unique gauge");
         let registry_gauges = IntGaugeVec::new(
-            Opts::new("budget_registry", "Budget actor registry: restarts, passivations, reaped and shed reservations, mailbox wait (ns)"),
+            Opts::new("budget_registry", "Budget actor registry: restarts, passivations, reaped reservations, load failures, mailbox wait (ns)"),
             &["figure"],
         )
         .expect("valid gauge");
@@ -74,7 +78,9 @@ impl Metrics {
             IntGauge::new("accounting_queue_depth", "Commit jobs waiting for the accounting writer")
                 .expect("valid gauge");
         registry.register(Box::new(accounting_queue.clone())).expect("unique gauge");
+        let budget = budget::BudgetMetrics::register(&registry);
         Metrics {
+            budget,
             registry,
             live_actors,
             registry_figures: registry_gauges,
@@ -87,14 +93,15 @@ impl Metrics {
     }
 
     /// Copies the budget registry's figures into the gauges (called before a scrape).
-    pub fn observe_registry(&self, stats: &actors::registry::RegistryStats) {
+    pub fn observe_registry(&self, registry: &actors::registry::BudgetRegistry) {
+        let stats = registry.stats();
+        self.budget.observe(&stats, &registry.busiest(budget::BUSY_FROM, budget::BUSIEST_ENTITIES));
         let clamp = |v: u128| i64::try_from(v).unwrap_or(i64::MAX);
         self.live_actors.set(i64::try_from(stats.live_actors).unwrap_or(i64::MAX));
         for (figure, value) in [
             ("restarts", i128::from(stats.restarts)),
             ("passivations", i128::from(stats.passivations)),
             ("reaped_reservations", i128::from(stats.reaped)),
-            ("shed_reservations", i128::from(stats.shed)),
             ("load_failures", i128::from(stats.load_failures)),
         ] {
             self.registry_figures.with_label_values(&[figure]).set(i64::try_from(value).unwrap_or(i64::MAX));
@@ -110,7 +117,7 @@ impl Metrics {
     /// Prometheus text exposition format.
     pub fn render_text(&self) -> String {
         let mut buf = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        let _ = TextEncoder::new().encode(&self.families(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
 
@@ -118,7 +125,7 @@ impl Metrics {
     /// `{ name: [{ labels, value }] }` for labelled ones.
     pub fn render_json(&self) -> serde_json::Value {
         let mut out = serde_json::Map::new();
-        for family in self.registry.gather() {
+        for family in self.families() {
             let samples: Vec<serde_json::Value> = family
                 .get_metric()
                 .iter()
@@ -128,16 +135,40 @@ impl Metrics {
                         .iter()
                         .map(|l| (l.name().to_owned(), serde_json::Value::from(l.value())))
                         .collect();
-                    let value = match family.get_field_type() {
-                        prometheus::proto::MetricType::COUNTER => m.get_counter().get_value(),
-                        _ => m.get_gauge().get_value(),
-                    };
-                    serde_json::json!({ "labels": labels, "value": value })
+                    match family.get_field_type() {
+                        prometheus::proto::MetricType::COUNTER => {
+                            serde_json::json!({ "labels": labels, "value": m.get_counter().get_value() })
+                        }
+                        prometheus::proto::MetricType::HISTOGRAM => {
+                            let h = m.get_histogram();
+                            let buckets: Vec<_> = h
+                                .get_bucket()
+                                .iter()
+                                .map(|b| serde_json::json!({ "le": b.upper_bound(), "count": b.cumulative_count() }))
+                                .collect();
+                            serde_json::json!({
+                                "labels": labels,
+                                "count": h.get_sample_count(),
+                                "sum": h.get_sample_sum(),
+                                "buckets": buckets,
+                            })
+                        }
+                        _ => serde_json::json!({ "labels": labels, "value": m.get_gauge().get_value() }),
+                    }
                 })
                 .collect();
             out.insert(family.name().to_owned(), serde_json::Value::Array(samples));
         }
         serde_json::Value::Object(out)
+    }
+}
+
+impl Metrics {
+    /// Every family: the registry's and the mailbox wait histogram.
+    fn families(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut families = self.registry.gather();
+        families.push(self.budget.wait_family());
+        families
     }
 }
 

@@ -32,6 +32,8 @@ pub struct Inner {
     pub tool_costs: crate::tool_costs::ToolCostCache,
     /// Governed-request counters per organization (plan caps).
     pub plan_usage: crate::proxy::plan::PlanUsage,
+    /// Room for proxied calls admitted and not yet recorded (`max_unsettled_calls`).
+    pub unsettled: Arc<tokio::sync::Semaphore>,
     /// Identifies this process in shared reservations.
     pub instance_id: String,
     pub started_at_ms: i64,
@@ -50,7 +52,8 @@ impl AppState {
             pool.clone(),
             actors::registry::RegistryConfig {
                 arbiters: config.arbiters,
-                mailbox_capacity: config.mailbox_capacity,
+                admission_deadline: config.admission_deadline,
+                max_waiting_reservations: config.max_waiting_reservations,
                 idle_timeout: config.actor_idle_timeout,
                 restart_backoff: config.actor_restart_backoff,
                 ..actors::registry::RegistryConfig::default()
@@ -58,7 +61,10 @@ impl AppState {
         )?;
         let on_commit = {
             let budgets = budgets.clone();
-            Box::new(move |changes: &[crate::db::cost_events::SpendChange]| budgets.spend_committed(changes))
+            Box::new(move |changes: &[crate::db::cost_events::SpendChange], settled| {
+                budgets.spend_committed(changes);
+                budgets.settle_committed(settled);
+            })
         };
         let writer = AccountingWriter::start(
             pool.clone(),
@@ -70,6 +76,7 @@ impl AppState {
         let rate_limits =
             RateLimiters::new(config.rate_limit_ip_per_minute, config.rate_limit_key_per_minute)
                 .with_auth(config.rate_limit_auth_ip_per_minute, config.rate_limit_auth_email_per_minute);
+        let unsettled = Arc::new(tokio::sync::Semaphore::new(config.max_unsettled_calls));
         Ok(AppState(Arc::new(Inner {
             config,
             pool,
@@ -82,6 +89,7 @@ impl AppState {
             unpriced,
             tool_costs: crate::tool_costs::ToolCostCache::default(),
             plan_usage: crate::proxy::plan::PlanUsage::default(),
+            unsettled,
             instance_id: crate::util::ids::new_id(),
             started_at_ms: crate::util::time::now_ms(),
             proxy_bound: std::sync::OnceLock::new(),

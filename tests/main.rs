@@ -5,6 +5,7 @@
 
 mod support;
 
+mod admission;
 mod auth;
 mod budgets;
 mod cluster;

@@ -28,20 +28,29 @@
 //! live actor holds no reservation, and the spend they report is already in storage, which
 //! a starting actor reads — sending it again would count it twice.
 //!
-//! # Mailbox bound
+//! # Admission
 //!
-//! actix's own mailbox capacity only parks the sending address clone and lets the message
-//! through, so it bounds nothing when every request sends through the registry. The
-//! registry counts the messages in flight per actor instead (sent, reply not received)
-//! and refuses a *reservation* with [`RegistryError::Overloaded`] when
-//! `mailbox_capacity` are; settles and releases are never refused, so no admitted money
-//! goes unaccounted.
+//! Overload is judged by what a caller feels, not by how many messages wait: settles,
+//! releases, committed spend and snapshots never count against a reservation (the
+//! settles of one accounting commit arrive together, one [`SettleBatch`] per entity). A
+//! reservation carries its admission deadline (`admission_deadline` from when it is
+//! sent) and waits in line; it is refused only when
+//! * it cannot be answered within the deadline ([`RegistryError::DeadlinePassed`]): the
+//!   caller stops waiting then, and the actor, when it finally reaches a reservation whose
+//!   deadline has passed, does not take the hold (a release is queued behind it too); or
+//! * `max_waiting_reservations` reservations already wait for that one entity
+//!   ([`RegistryError::Overloaded`]), counted from send until the actor takes each out
+//!   of its mailbox.
+//!
+//! Refusals are counted by entity type and reason, and mailbox waits (send to handling)
+//! go to a histogram per entity type (see [`RegistryStats`]).
 
 use std::cell::Cell;
 use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+mod stats;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,10 +62,13 @@ use futures_util::future::join_all;
 
 use crate::budget::actor::{backoff, sweep_residents, BudgetActor, EventSink};
 use crate::budget::messages::{
-    RecordSpend, Refresh, Release, Reserve, Routed, Settle, Snapshot, Timed, VelocityState,
+    Admit, Expired, RecordSpend, Refresh, Release, Reserve, Routed, Settle, SettleBatch, Snapshot, Timed,
+    VelocityState,
 };
 use crate::budget::{Admission, BudgetSnapshot, Denial, LedgerEvent};
 use crate::store::{BudgetStore, EntityKey, StoreError};
+pub(crate) use stats::{Counters, MailboxStats};
+pub use stats::{MailboxWait, RefusalReason, RegistryStats, WaitHistogram, ENTITY_TYPES, WAIT_BUCKETS};
 
 /// Reads the service's clock: UTC epoch milliseconds.
 pub type Clock = fn() -> i64;
@@ -64,6 +76,12 @@ pub type Clock = fn() -> i64;
 /// Default [`RegistryConfig::reservation_max_age`]: the longest upstream call (600 s)
 /// plus a margin.
 pub const DEFAULT_RESERVATION_MAX_AGE: Duration = Duration::from_secs(600 + 60);
+/// Default [`RegistryConfig::admission_deadline`]: far above any stall of a healthy
+/// process (a commit holding the core, a busy neighbour: tens of milliseconds).
+pub const DEFAULT_ADMISSION_DEADLINE: Duration = Duration::from_secs(5);
+/// Default [`RegistryConfig::max_waiting_reservations`]: far above the concurrency of
+/// one entity (a fleet sharing one key).
+pub const DEFAULT_MAX_WAITING_RESERVATIONS: usize = 10_000;
 /// A failure this long after the previous one of the same key starts the backoff over.
 const RESTART_WINDOW: Duration = Duration::from_secs(60);
 /// Longest wait before restarting an actor that keeps failing.
@@ -87,8 +105,12 @@ thread_local! {
 pub struct RegistryConfig {
     /// Arbiter threads the actors are spread over (about one per core).
     pub arbiters: usize,
-    /// Messages an actor may have waiting before new reservations are refused.
-    pub mailbox_capacity: usize,
+    /// How long a reservation may wait for its actors before it is refused
+    /// ([`RegistryError::DeadlinePassed`]).
+    pub admission_deadline: Duration,
+    /// Reservations that may wait for one entity before new ones are refused
+    /// ([`RegistryError::Overloaded`]).
+    pub max_waiting_reservations: usize,
     /// An actor unused this long, with nothing reserved, stops (and reloads on next use).
     pub idle_timeout: Duration,
     /// First wait before restarting an actor that keeps failing; doubles per failure.
@@ -108,7 +130,8 @@ impl Default for RegistryConfig {
     fn default() -> Self {
         Self {
             arbiters: std::thread::available_parallelism().map_or(1, usize::from),
-            mailbox_capacity: 1_024,
+            admission_deadline: DEFAULT_ADMISSION_DEADLINE,
+            max_waiting_reservations: DEFAULT_MAX_WAITING_RESERVATIONS,
             idle_timeout: Duration::from_secs(300),
             restart_backoff: Duration::from_millis(100),
             reservation_max_age: DEFAULT_RESERVATION_MAX_AGE,
@@ -135,8 +158,10 @@ pub enum RegistryError {
     Arbiter(String),
     #[error("the budget actor keeps failing; retry in {} ms", retry_after.as_millis())]
     Restarting { retry_after: Duration },
-    #[error("the budget actor has too many messages waiting")]
-    Overloaded,
+    #[error("{waiting} reservations are already waiting for this budget")]
+    Overloaded { waiting: usize },
+    #[error("a reservation waited longer than {}", human(*deadline))]
+    DeadlinePassed { deadline: Duration },
     #[error("the budget actor stopped before answering")]
     Stopped,
 }
@@ -151,42 +176,6 @@ pub enum ReserveAllError {
     /// The entity's actor could not answer.
     #[error("{key}: {error}")]
     Unavailable { key: EntityKey, error: RegistryError },
-}
-
-/// How long registry messages waited in actor mailboxes (send to handling), over all
-/// actors since the registry started. Sampled: one registry message in eight is timed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MailboxWait {
-    /// Messages timed.
-    pub messages: u64,
-    pub total: Duration,
-    pub max: Duration,
-}
-
-impl MailboxWait {
-    pub fn mean(&self) -> Duration {
-        if self.messages == 0 {
-            return Duration::ZERO;
-        }
-        let nanos = self.total.as_nanos() / u128::from(self.messages);
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-    }
-}
-
-/// Registry figures for metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RegistryStats {
-    /// Actors alive now (loading ones included).
-    pub live_actors: usize,
-    /// Actors found dead (panic or failed load) and replaced.
-    pub restarts: u64,
-    pub passivations: u64,
-    /// Reservations released by the reaper.
-    pub reaped: u64,
-    /// Reservations refused because a mailbox was full.
-    pub shed: u64,
-    pub load_failures: u64,
-    pub mailbox: MailboxWait,
 }
 
 /// State shared by the registry and its actors.
@@ -223,23 +212,58 @@ pub(crate) struct Slot {
 }
 
 /// The map key of a live actor: its entity key, shared with the actor and its arbiter's
-/// sweep, together with the count of registry messages in flight to it (sent, reply not
-/// received) — one allocation for both.
+/// sweep, together with the count of reservations waiting for it (sent, not yet taken
+/// out of the mailbox) — one allocation for both.
 #[derive(Clone)]
 pub(crate) struct ActorKey(Arc<KeyCell>);
 
 struct KeyCell {
     key: EntityKey,
-    in_flight: AtomicUsize,
+    waiting: AtomicUsize,
 }
 
 impl ActorKey {
     fn new(key: EntityKey) -> Self {
-        Self(Arc::new(KeyCell { key, in_flight: AtomicUsize::new(0) }))
+        Self(Arc::new(KeyCell { key, waiting: AtomicUsize::new(0) }))
     }
 
-    fn in_flight(&self) -> &AtomicUsize {
-        &self.0.in_flight
+    fn waiting(&self) -> &AtomicUsize {
+        &self.0.waiting
+    }
+}
+
+/// One reservation waiting for an actor: counted when sent, uncounted when dropped, which
+/// the [`Admit`] it travels in is once its actor has handled it (or its mailbox is gone).
+#[derive(Debug)]
+pub(crate) struct Waiting(ActorKey);
+
+impl Waiting {
+    fn new(key: &ActorKey) -> Self {
+        key.waiting().fetch_add(1, Ordering::Relaxed);
+        Self(key.clone())
+    }
+}
+
+#[cfg(test)]
+impl Waiting {
+    /// A waiting reservation of the live actor of `key`, for tests that send [`Admit`]
+    /// by hand.
+    pub(crate) fn for_test(registry: &BudgetRegistry, key: &EntityKey) -> Self {
+        let actor_key = registry.inner.shared.actors.get(key).map(|entry| entry.key().clone());
+        let actor_key = actor_key.unwrap_or_else(|| ActorKey::new(key.clone()));
+        Self::new(&actor_key)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting().fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for ActorKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0.key, f)
     }
 }
 
@@ -276,40 +300,6 @@ impl Hash for ActorKey {
 impl std::fmt::Display for ActorKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.key.fmt(f)
-    }
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) live: AtomicUsize,
-    pub(crate) restarts: AtomicU64,
-    pub(crate) passivations: AtomicU64,
-    pub(crate) reaped: AtomicU64,
-    pub(crate) shed: AtomicU64,
-    pub(crate) load_failures: AtomicU64,
-}
-
-/// Mailbox waits of the actors of one arbiter. Aligned to its own cache lines so arbiters
-/// never write to a line another one writes.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct MailboxStats {
-    messages: AtomicU64,
-    wait_ns: AtomicU64,
-    max_wait_ns: AtomicU64,
-}
-
-impl MailboxStats {
-    pub(crate) fn record(&self, wait: Duration) {
-        // INVARIANT: only the thread of this arbiter writes here (all its actors run on
-        // that one thread), so a load and a store cannot lose an update, and the hot path
-        // needs no atomic read-modify-write.
-        let nanos = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
-        self.messages.store(self.messages.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
-        self.wait_ns.store(self.wait_ns.load(Ordering::Relaxed).saturating_add(nanos), Ordering::Relaxed);
-        if nanos > self.max_wait_ns.load(Ordering::Relaxed) {
-            self.max_wait_ns.store(nanos, Ordering::Relaxed);
-        }
     }
 }
 
@@ -453,22 +443,26 @@ impl BudgetRegistry {
     /// Reserves `request` on every entity, all or nothing. The reservation is queued on
     /// every entity at once, so the entities (often on different arbiters) decide in
     /// parallel and the caller waits about one message round trip, not one per entity.
-    /// On the first denial (or an actor that cannot answer) the reservation is released
-    /// on every entity (each release queues behind that entity's reserve) before the
-    /// error is returned. Entities without a budget admit and are left out of the result.
-    /// The caller must settle or release the same keys afterwards; prefer
-    /// [`reserve_guarded`](Self::reserve_guarded), whose guard cannot forget. Dropping
-    /// this future before it finishes releases what it reserved.
+    /// It waits at most `admission_deadline` (see the module documentation). On the first
+    /// denial (or an actor that cannot answer) the reservation is released on every
+    /// entity (each release queues behind that entity's reserve) before the error is
+    /// returned; when the deadline passed, the releases are queued and not awaited (they
+    /// wait behind the same busy mailbox). Entities without a budget admit and are left
+    /// out of the result. The caller must settle or release the same keys afterwards;
+    /// prefer [`reserve_guarded`](Self::reserve_guarded), whose guard cannot forget.
+    /// Dropping this future before it finishes releases what it reserved.
     pub async fn reserve_all(
         &self,
         keys: &[EntityKey],
         request: &Reserve,
     ) -> Result<Vec<(EntityKey, Admission)>, ReserveAllError> {
+        let sent_at = Instant::now();
+        let deadline = sent_at + self.inner.config.admission_deadline;
         let reservation_id = request.reservation_id;
         let mut taken = Taken { registry: self, keys, count: 0, reservation_id };
         let mut pending = Vec::with_capacity(keys.len());
         for key in keys {
-            pending.push(self.enqueue(key, request.clone(), true));
+            pending.push(self.enqueue_admit(key, request.clone(), sent_at, deadline));
             // Counted as soon as queued: if this future is dropped while the actors
             // decide, the release queues behind the reserve.
             taken.count += 1;
@@ -485,43 +479,79 @@ impl BudgetRegistry {
                 }
                 continue;
             }
-            let outcome = match queued {
-                Ok((reply, generation)) => match reply.await {
-                    Ok(answer) => Ok(answer),
-                    // The actor stopped before answering: ask again (a new one starts).
-                    Err(MailboxError::Closed) => {
-                        self.bury(key, generation);
-                        self.ask(key, request, true).await
-                    }
-                    Err(MailboxError::Timeout) => Err(RegistryError::Stopped),
-                },
-                Err(error) => Err(error),
-            };
-            match outcome {
-                Ok(Ok(Some(admission))) => {
-                    queued_on.push(key.clone());
-                    admissions.push((key.clone(), admission));
-                }
-                Ok(Ok(None)) => queued_on.push(key.clone()),
-                Ok(Err(denial)) => {
-                    failure = Some(ReserveAllError::Denied { key: key.clone(), denial: Box::new(denial) });
-                }
-                Err(error) => {
-                    failure = Some(ReserveAllError::Unavailable { key: key.clone(), error });
-                }
+            if queued.is_ok() {
+                // Queued: it may take the hold even if its answer comes too late.
+                queued_on.push(key.clone());
+            }
+            match self.admit_answer(key, request, deadline, queued).await {
+                Ok(Some(admission)) => admissions.push((key.clone(), admission)),
+                Ok(None) => {}
+                Err(error) => failure = Some(error),
             }
         }
         if let Some(error) = failure {
+            if let ReserveAllError::Unavailable { key, error: refusal } = &error {
+                if let Some(reason) = refusal.refusal_reason() {
+                    self.inner.shared.counters.refuse(key.entity_type, reason);
+                }
+            }
+            taken.count = 0;
+            if matches!(
+                &error,
+                ReserveAllError::Unavailable { error: RegistryError::DeadlinePassed { .. }, .. }
+            ) {
+                self.release_detached(&queued_on, reservation_id);
+                return Err(error);
+            }
             // Released on every entity that took or may take it (each release queues
             // behind that entity's reserve), queued at once so `taken` can stand down,
             // and awaited before answering.
             let releases = self.enqueue_all(&queued_on, &Release { reservation_id });
-            taken.count = 0;
             self.answers(&queued_on, releases, |_| false).await;
             return Err(error);
         }
         taken.count = 0;
         Ok(admissions)
+    }
+
+    /// The answer of one entity to a reservation queued by
+    /// [`reserve_all`](Self::reserve_all), waiting until `deadline` at most; a fresh actor
+    /// is asked once more if this one stopped before answering.
+    async fn admit_answer<F>(
+        &self,
+        key: &EntityKey,
+        request: &Reserve,
+        deadline: Instant,
+        queued: Result<(F, u64), RegistryError>,
+    ) -> Result<Option<Admission>, ReserveAllError>
+    where
+        F: Future<Output = Result<Result<Result<Option<Admission>, Denial>, Expired>, MailboxError>>,
+    {
+        let unavailable = |error| ReserveAllError::Unavailable { key: key.clone(), error };
+        let passed = RegistryError::DeadlinePassed { deadline: self.inner.config.admission_deadline };
+        let (reply, generation) = queued.map_err(unavailable)?;
+        let answer = match tokio::time::timeout_at(deadline.into(), reply).await {
+            Err(_) => return Err(unavailable(passed)),
+            Ok(Err(MailboxError::Closed)) => {
+                // The actor stopped before answering: ask again (a new one starts).
+                self.bury(key, generation);
+                let (reply, _) = self
+                    .enqueue_admit(key, request.clone(), Instant::now(), deadline)
+                    .map_err(unavailable)?;
+                match tokio::time::timeout_at(deadline.into(), reply).await {
+                    Err(_) => return Err(unavailable(passed)),
+                    Ok(Err(_)) => return Err(unavailable(RegistryError::Stopped)),
+                    Ok(Ok(answer)) => answer,
+                }
+            }
+            Ok(Err(MailboxError::Timeout)) => return Err(unavailable(RegistryError::Stopped)),
+            Ok(Ok(answer)) => answer,
+        };
+        match answer {
+            Err(Expired) => Err(unavailable(passed)),
+            Ok(Err(denial)) => Err(ReserveAllError::Denied { key: key.clone(), denial: Box::new(denial) }),
+            Ok(Ok(admission)) => Ok(admission),
+        }
     }
 
     /// [`reserve_all`](Self::reserve_all), returning a guard that releases the
@@ -562,6 +592,30 @@ impl BudgetRegistry {
         self.answers(keys, releases, |_| false).await;
     }
 
+    /// Settles the reservations of one accounting commit: per entity, one message with
+    /// every `(reservation_id, actual)` of the commit that counts against it. Call it
+    /// right after the commit, with its time (see [`settle_all`](Self::settle_all)).
+    /// Entities without a live actor are skipped (they read the spend from storage).
+    /// Returns the events to announce, per entity that has any.
+    pub async fn settle_batch(
+        &self,
+        batches: Vec<(EntityKey, Vec<(u64, i64)>)>,
+        now_ms: i64,
+    ) -> Vec<(EntityKey, Vec<LedgerEvent>)> {
+        let committed_version = Some(self.load_version());
+        let mut keys = Vec::with_capacity(batches.len());
+        let mut queued = Vec::with_capacity(batches.len());
+        for (key, settles) in batches {
+            if let Some((reply, generation)) =
+                self.enqueue_live(&key, SettleBatch { settles, now_ms, committed_version })
+            {
+                queued.push(Queued { index: keys.len(), generation, reply });
+                keys.push(key);
+            }
+        }
+        self.answers(&keys, queued, has_events).await
+    }
+
     /// Counts committed spend without a reservation (a cost event) on every live entity;
     /// entities without a live actor read it from storage when they start. Call it right
     /// after the spend is committed (see [`settle_all`](Self::settle_all)). Returns the
@@ -581,7 +635,7 @@ impl BudgetRegistry {
     /// The budget's figures, starting its actor when none is running; `None` when the
     /// entity has no budget.
     pub async fn snapshot(&self, key: &EntityKey) -> Result<Option<BudgetSnapshot>, RegistryError> {
-        self.ask(key, &Snapshot, false).await
+        self.ask(key, &Snapshot).await
     }
 
     /// The budget's figures if its actor is running (and has loaded), without starting one.
@@ -632,35 +686,63 @@ impl BudgetRegistry {
         self.inner.shared.counters.restarts.load(Ordering::Relaxed)
     }
 
-    /// Time registry messages spent in actor mailboxes.
+    /// Time registry messages spent in actor mailboxes, all entity types together.
     pub fn mailbox_wait(&self) -> MailboxWait {
-        let mut wait = MailboxWait::default();
+        stats::overall(&self.waits())
+    }
+
+    /// Time registry messages spent in actor mailboxes, per entity type (as in
+    /// [`ENTITY_TYPES`]).
+    pub fn waits(&self) -> [WaitHistogram; 4] {
+        let mut waits = [WaitHistogram::default(); 4];
         for stats in self.inner.shared.mailbox.iter() {
-            wait.messages = wait.messages.saturating_add(stats.messages.load(Ordering::Relaxed));
-            wait.total =
-                wait.total.saturating_add(Duration::from_nanos(stats.wait_ns.load(Ordering::Relaxed)));
-            wait.max = wait.max.max(Duration::from_nanos(stats.max_wait_ns.load(Ordering::Relaxed)));
+            stats.add_to(&mut waits);
         }
-        wait
+        waits
+    }
+
+    /// The `n` entities with the most reservations waiting, at least `min_waiting` each,
+    /// most first: where an operator looks before anything is refused.
+    pub fn busiest(&self, min_waiting: usize, n: usize) -> Vec<(EntityKey, usize)> {
+        let mut busiest: Vec<(EntityKey, usize)> = self
+            .inner
+            .shared
+            .actors
+            .iter()
+            .filter_map(|entry| {
+                let waiting = entry.key().waiting().load(Ordering::Relaxed);
+                (waiting >= min_waiting.max(1)).then(|| ((**entry.key()).clone(), waiting))
+            })
+            .collect();
+        busiest.sort_by_key(|entry| std::cmp::Reverse(entry.1));
+        busiest.truncate(n);
+        busiest
+    }
+
+    /// Reservations waiting for the actor of `key` now (0 when none is live).
+    pub fn waiting_reservations(&self, key: &EntityKey) -> usize {
+        self.inner.shared.actors.get(key).map_or(0, |entry| entry.key().waiting().load(Ordering::Relaxed))
     }
 
     /// All registry figures at once.
     pub fn stats(&self) -> RegistryStats {
         let counters = &self.inner.shared.counters;
+        let waits = self.waits();
         RegistryStats {
             live_actors: self.live_actors(),
             restarts: self.restarts(),
             passivations: counters.passivations.load(Ordering::Relaxed),
             reaped: counters.reaped.load(Ordering::Relaxed),
-            shed: counters.shed.load(Ordering::Relaxed),
+            refused: counters.refused(),
             load_failures: counters.load_failures.load(Ordering::Relaxed),
-            mailbox: self.mailbox_wait(),
+            waits,
+            mailbox: stats::overall(&waits),
         }
     }
 
     /// Sends `message` to the actor of `key`, starting it if needed, and retries once on
     /// a fresh actor when the actor died before answering.
-    async fn ask<M>(&self, key: &EntityKey, message: &M, shed: bool) -> Result<M::Result, RegistryError>
+    async fn ask<M>(&self, key: &EntityKey, message: &M) -> Result<M::Result, RegistryError>
     where
         M: Routed + Clone,
         BudgetActor: Handler<Timed<M>, Result = MessageResult<Timed<M>>>,
@@ -668,7 +750,7 @@ impl BudgetRegistry {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (reply, generation) = self.enqueue(key, message.clone(), shed)?;
+            let (reply, generation) = self.enqueue(key, message.clone())?;
             match reply.await {
                 Ok(result) => return Ok(result),
                 Err(MailboxError::Closed) => {
@@ -688,20 +770,38 @@ impl BudgetRegistry {
         &self,
         key: &EntityKey,
         message: M,
-        shed: bool,
     ) -> Result<(impl Future<Output = Result<M::Result, MailboxError>> + use<M>, u64), RegistryError>
     where
         M: Routed,
         BudgetActor: Handler<Timed<M>, Result = MessageResult<Timed<M>>>,
     {
-        let capacity = self.inner.config.mailbox_capacity;
-        let counters = &self.inner.shared.counters;
+        self.with_slot(key, |_, slot| send(slot, message))
+    }
+
+    /// Queues a reservation for the actor of `key` (started if needed) unless
+    /// `max_waiting_reservations` already wait for it.
+    #[expect(clippy::type_complexity, reason = "the reply of an `Admit`, spelled out once")]
+    fn enqueue_admit(
+        &self,
+        key: &EntityKey,
+        reserve: Reserve,
+        sent_at: Instant,
+        deadline: Instant,
+    ) -> Result<
+        (
+            impl Future<Output = Result<Result<Result<Option<Admission>, Denial>, Expired>, MailboxError>> + use<>,
+            u64,
+        ),
+        RegistryError,
+    > {
+        let max = self.inner.config.max_waiting_reservations;
         self.with_slot(key, |actor_key, slot| {
-            if shed && actor_key.in_flight().load(Ordering::Relaxed) >= capacity {
-                counters.shed.fetch_add(1, Ordering::Relaxed);
-                return Err(RegistryError::Overloaded);
+            let waiting = actor_key.waiting().load(Ordering::Relaxed);
+            if waiting >= max {
+                return Err(RegistryError::Overloaded { waiting });
             }
-            Ok(send(actor_key, slot, message))
+            let admit = Admit { reserve, deadline, _waiting: Waiting::new(actor_key) };
+            Ok((slot.addr.send(Timed::stamped(admit, sent_at)), slot.generation))
         })?
     }
 
@@ -716,7 +816,7 @@ impl BudgetRegistry {
         BudgetActor: Handler<Timed<M>, Result = MessageResult<Timed<M>>>,
     {
         let slot = self.inner.shared.actors.get(key)?;
-        slot.addr.connected().then(|| send(slot.key(), slot.value(), message))
+        slot.addr.connected().then(|| send(slot.value(), message))
     }
 
     /// Queues `message` for every live entity of `keys`; every message is in its mailbox
@@ -920,26 +1020,13 @@ impl BudgetRegistry {
     }
 }
 
-/// Queues a registry message on `slot`'s actor. The message counts toward the mailbox
-/// bound until its reply arrives or the reply future is dropped.
-fn send<M>(
-    key: &ActorKey,
-    slot: &Slot,
-    message: M,
-) -> (impl Future<Output = Result<M::Result, MailboxError>> + use<M>, u64)
+/// Queues a registry message on `slot`'s actor, stamped for the mailbox wait figures.
+fn send<M>(slot: &Slot, message: M) -> (impl Future<Output = Result<M::Result, MailboxError>> + use<M>, u64)
 where
     M: Routed,
     BudgetActor: Handler<Timed<M>, Result = MessageResult<Timed<M>>>,
 {
-    // Counted on the sending side only, so the actor's thread never touches this line.
-    key.in_flight().fetch_add(1, Ordering::Relaxed);
-    let in_flight = InFlight(key.clone());
-    let request = slot.addr.send(Timed::now(message));
-    let reply = async move {
-        let _in_flight = in_flight;
-        request.await
-    };
-    (reply, slot.generation)
+    (slot.addr.send(Timed::now(message)), slot.generation)
 }
 
 /// One message of [`BudgetRegistry::enqueue_all`]: the index of its key and its reply.
@@ -952,15 +1039,6 @@ struct Queued<F> {
 #[expect(clippy::ptr_arg, reason = "a filter over replies of type `Vec<LedgerEvent>`")]
 fn has_events(events: &Vec<LedgerEvent>) -> bool {
     !events.is_empty()
-}
-
-/// Decrements an actor's in-flight count when a reply arrives or stops being awaited.
-struct InFlight(ActorKey);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight().fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// The reservations a running [`BudgetRegistry::reserve_all`] holds: dropped with its
@@ -977,6 +1055,27 @@ impl Drop for Taken<'_> {
     fn drop(&mut self) {
         if let Some(taken) = self.keys.get(..self.count).filter(|taken| !taken.is_empty()) {
             self.registry.release_detached(taken, self.reservation_id);
+        }
+    }
+}
+
+/// `duration` for a message: whole seconds as `5 s`, anything else in milliseconds.
+fn human(duration: Duration) -> String {
+    if duration.subsec_nanos() == 0 && duration.as_secs() > 0 {
+        format!("{} s", duration.as_secs())
+    } else {
+        format!("{} ms", duration.as_millis())
+    }
+}
+
+impl RegistryError {
+    /// Why a reservation was refused, for the figures; `None` for errors that are not a
+    /// refusal of admission (a failing actor, no system).
+    pub fn refusal_reason(&self) -> Option<RefusalReason> {
+        match self {
+            RegistryError::DeadlinePassed { .. } => Some(RefusalReason::DeadlinePassed),
+            RegistryError::Overloaded { .. } => Some(RefusalReason::Overloaded),
+            _ => None,
         }
     }
 }

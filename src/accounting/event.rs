@@ -88,6 +88,7 @@ pub fn build(spec: EventSpec<'_>, reserved: bool) -> NewCostEvent {
         outbox: Vec::new(),
         holds: Vec::new(),
         reserved,
+        ticket: None,
         body: None,
     }
 }

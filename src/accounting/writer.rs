@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::budgets::ReservationTicket;
 use crate::db::cost_events::{self, CommitResult, NewCostEvent, Outcome, SpendChange};
 use crate::db::{DbError, Pool};
 use crate::util::time;
@@ -52,8 +53,9 @@ impl WriterMetrics {
     }
 }
 
-/// Called after each commit with the budgets whose spend moved.
-pub type OnCommit = Box<dyn Fn(&[SpendChange]) + Send + Sync>;
+/// Called after each commit with the budgets whose spend moved without a reservation,
+/// and the reservations its events settle (each with the event's committed cost).
+pub type OnCommit = Box<dyn Fn(&[SpendChange], Vec<(ReservationTicket, i64)>) + Send + Sync>;
 
 impl AccountingWriter {
     /// Starts the writer on the current runtime.
@@ -200,7 +202,7 @@ where
         let result = commit_with_retry(commit, &mut group, metrics).await;
         metrics.add("commit_microseconds", u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
         match result {
-            Ok(CommitResult { outcomes, changes }) => {
+            Ok((CommitResult { outcomes, changes }, settled)) => {
                 metrics.add("commits", 1);
                 metrics.add("events", u64::try_from(count).unwrap_or(u64::MAX));
                 tracing::debug!(
@@ -209,7 +211,7 @@ where
                     micros = started.elapsed().as_micros(),
                     "committed"
                 );
-                on_commit(&changes);
+                on_commit(&changes, settled);
                 let mut outcomes = outcomes.into_iter();
                 for job in group {
                     let _ = job.reply.send(Ok(outcomes.by_ref().take(job.size).collect()));
@@ -256,7 +258,7 @@ async fn commit_with_retry<C, F>(
     commit: &C,
     group: &mut Vec<Job>,
     metrics: &WriterMetrics,
-) -> Result<CommitResult, DbError>
+) -> Result<(CommitResult, Vec<(ReservationTicket, i64)>), DbError>
 where
     C: Fn(Events) -> F,
     F: std::future::Future<Output = Result<CommitResult, DbError>>,
@@ -267,7 +269,13 @@ where
         attempts += 1;
         let events = std::sync::Arc::new(take_events(group));
         let e = match commit(events.clone()).await {
-            Ok(done) => return Ok(done),
+            Ok(done) => {
+                let settled = events
+                    .iter()
+                    .filter_map(|e| e.ticket.clone().map(|ticket| (ticket, e.row.cost_microdollars)))
+                    .collect();
+                return Ok((done, settled));
+            }
             Err(DbError::Unavailable(e)) => {
                 give_back(group, events);
                 e
@@ -368,6 +376,7 @@ mod tests {
             holds: Vec::new(),
             reserved: false,
             body: None,
+            ticket: None,
         }
     }
 
@@ -413,7 +422,8 @@ mod tests {
             answers.push((id, rx));
         }
         let commit = |events| fake_commit(events);
-        commit_isolating(&commit, jobs, &(Box::new(|_: &[SpendChange]| {}) as OnCommit), &metrics()).await;
+        let ignore: OnCommit = Box::new(|_: &[SpendChange], _| {});
+        commit_isolating(&commit, jobs, &ignore, &metrics()).await;
         for (id, rx) in answers {
             let answer = rx.await.unwrap();
             assert_eq!(answer.is_ok(), id != "poison", "{id}: {answer:?}");
@@ -445,7 +455,7 @@ mod tests {
             })
         };
         seed.await.unwrap();
-        let writer = AccountingWriter::start(pool.clone(), Box::new(|_| {}), Duration::ZERO, metrics());
+        let writer = AccountingWriter::start(pool.clone(), Box::new(|_, _| {}), Duration::ZERO, metrics());
         let outcomes = writer.commit(vec![event("org-b", "b", 100, Some("hot=1"))]).await.unwrap();
         assert!(matches!(outcomes[0], Outcome::Inserted { .. }));
         let read = async {

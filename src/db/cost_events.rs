@@ -63,6 +63,10 @@ pub struct NewCostEvent {
     pub reserved: bool,
     /// Request/response bodies to keep with the event (Pro and above).
     pub body: Option<crate::db::models::CostEventBody>,
+    /// The actors' reservation this event's cost settles: once the commit is in, the
+    /// writer hands it on with the other reservations of the same commit (one message
+    /// per budget entity).
+    pub ticket: Option<crate::budgets::ReservationTicket>,
 }
 
 /// What became of one event.

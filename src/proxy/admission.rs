@@ -14,6 +14,7 @@ use actix_web::{web, HttpRequest};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use serde_json::json;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::denial::{self, Refused, DENIED};
 use super::events::{self, Call};
@@ -52,6 +53,10 @@ pub struct Admitted {
     pub base: String,
     pub trace_id: String,
     pub now: i64,
+    /// Room among the unsettled calls (`max_unsettled_calls`), held until the call's
+    /// cost event is committed: when the accounting writer falls behind, new calls wait
+    /// here instead of piling up records in memory.
+    pub _room: OwnedSemaphorePermit,
 }
 
 impl Admitted {
@@ -102,6 +107,7 @@ pub async fn admit(
         note_rate_limited(state, &call);
         return Err(super::rate_limited());
     }
+    let room = room(state).await?;
     common.timing.preflight = Some(common.started.elapsed());
 
     let body_started = Instant::now();
@@ -139,10 +145,29 @@ pub async fn admit(
         base,
         trace_id: super::route::trace_of(req).trace_id,
         now: time::now_ms(),
+        _room: room,
     };
     check_policy(state, &admitted, resolved.as_ref().map(|(n, _)| n.as_str())).await?;
     check_plan(state, &admitted).await?;
     Ok(admitted)
+}
+
+/// Waits (at most `admission_deadline`) for room among the unsettled calls.
+async fn room(state: &AppState) -> Result<OwnedSemaphorePermit, ApiError> {
+    let deadline = state.config.admission_deadline;
+    match tokio::time::timeout(deadline, Arc::clone(&state.unsettled).acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        Ok(Err(closed)) => Err(ApiError::unavailable(closed)),
+        Err(_) => {
+            let busy = format!(
+                "The gateway is busy: {} calls are waiting to be recorded, and this one waited longer than {} ms for room",
+                state.config.max_unsettled_calls,
+                deadline.as_millis()
+            );
+            tracing::warn!("{busy}");
+            Err(ApiError::new(ErrorCode::ServiceUnavailable, busy).with_header(header::RETRY_AFTER, "1"))
+        }
+    }
 }
 
 async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<Bytes, ApiError> {

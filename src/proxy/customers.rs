@@ -270,12 +270,13 @@ async fn charge(ctx: &GateContext<'_>, decision_id: &str, customer: &EntityKey) 
     );
     event.row.cost_microdollars = estimate;
     event.holds = reservation.holds();
+    event.ticket = reservation.ticket();
     state
         .writer
         .commit(vec![event])
         .await
         .map_err(|e| ApiError::new(ErrorCode::InternalError, format!("Could not record the spend: {e}")))?;
-    reservation.settle(estimate).await;
+    reservation.committed();
     Ok(allowed(decision_id, remaining.unwrap_or(0)))
 }
 

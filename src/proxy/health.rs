@@ -36,7 +36,7 @@ pub async fn get_ready(state: web::Data<AppState>) -> HttpResponse {
         content((Object = "application/json"), (String = "text/plain")))))]
 #[get("/health/metrics")]
 pub async fn get_metrics(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    state.metrics.observe_registry(&state.budgets.registry().stats());
+    state.metrics.observe_registry(state.budgets.registry());
     state.metrics.accounting_queue.set(i64::try_from(state.writer.queued()).unwrap_or(i64::MAX));
     let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if accept.contains("text/plain") || accept.contains("application/openmetrics-text") {

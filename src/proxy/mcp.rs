@@ -214,7 +214,7 @@ pub async fn budget_check(
             })
         }
         Err(ReserveAllError::Unavailable { key: entity, error }) => {
-            return Err(ApiError::unavailable(format!("budget of {entity} unavailable: {error}")));
+            return Err(crate::budgets::admission_error(&entity, &error));
         }
     };
     Ok(HttpResponse::Ok().json(answer))
@@ -291,6 +291,7 @@ pub async fn record_event(
     row.tool_name = Some(input.tool_name);
     row.tool_server = Some(input.tool_server);
     event.holds = reservation.holds();
+    event.ticket = reservation.ticket();
     // A failed commit drops the reservation, which releases every hold.
     let outcomes = state.writer.commit(vec![event]).await?;
     let (id, created_at) = match outcomes.first() {
@@ -299,7 +300,7 @@ pub async fn record_event(
         }
         None => return Err(ApiError::internal("writer returned no outcome")),
     };
-    reservation.settle(cost).await;
+    reservation.committed();
     Ok(HttpResponse::build(StatusCode::CREATED).json(json!({ "data": {
         "id": ids::prefixed(ids::COST_EVENT, &id),
         "createdAt": time::iso(created_at),

@@ -5,8 +5,10 @@
 //! A [`Reservation`] owns every hold it took. Release is a property of ownership, not
 //! of each exit path: dropping it (an early return, an upstream error, a client gone
 //! before the answer, a handler future dropped, shutdown) releases the actors'
-//! reservation and the database holds at once; only [`Reservation::settle`], after
-//! the commit that freed the database holds and added the spend, consumes it otherwise.
+//! reservation and the database holds at once. Otherwise it is consumed by
+//! [`Reservation::committed`]: its [ticket](Reservation::ticket) rides with the cost
+//! event, and the commit that frees the database holds and adds the spend settles it on
+//! the actors together with the other calls of the same commit.
 
 use actors::budget::{Admission, BudgetSnapshot, DenialReason, EntityType, Policy, Reserve};
 use actors::registry::{ReservationGuard, ReserveAllError};
@@ -15,6 +17,7 @@ use serde_json::json;
 
 use super::denial::{self, denial_error, with_budget_headers, Refused};
 use super::events::{self, Call};
+use crate::budgets::{admission_error, ReservationTicket};
 use crate::db::shared_budgets::{self, AcquireError, HoldRequest, SharedHold};
 use crate::db::Pool;
 use crate::error::ApiError;
@@ -65,7 +68,7 @@ impl Reservation {
                 return Err(with_budget_headers(err, &[(entity, denial.snapshot)]));
             }
             Err(ReserveAllError::Unavailable { key: entity, error }) => {
-                return Err(ApiError::unavailable(format!("budget of {entity} unavailable: {error}")));
+                return Err(admission_error(&entity, &error));
             }
         };
         let admitted: Vec<_> = guard
@@ -105,12 +108,22 @@ impl Reservation {
         self.holds.clone()
     }
 
-    /// The call's cost is committed (its commit freed the database holds): settles the
-    /// actors' reservation to `actual`.
-    pub async fn settle(mut self, actual: i64) {
+    /// What the commit of this call's cost event settles on the actors (see
+    /// [`crate::budgets::BudgetService::settle_committed`]); `None` when no actor holds
+    /// anything.
+    pub fn ticket(&self) -> Option<ReservationTicket> {
+        self.guard
+            .as_ref()
+            .map(|g| ReservationTicket { reservation_id: g.reservation_id(), keys: g.keys().to_vec() })
+    }
+
+    /// The cost event carrying this reservation's [ticket](Self::ticket) is committed:
+    /// its commit freed the database holds and settles the actors' reservation, so
+    /// nothing is left to release.
+    pub fn committed(mut self) {
         self.holds.clear();
         if let Some(guard) = self.guard.take() {
-            guard.settle(actual, time::now_ms()).await;
+            let _ = guard.into_admissions();
         }
     }
 

@@ -81,7 +81,8 @@ impl Settlement {
         match state.writer.record(vec![event]).await {
             // Inserted, or already inserted by a commit retried after an unclear
             // failure: either way this call's cost is in storage once.
-            Ok(_) => reservation.settle(charge.cost).await,
+            // ... and its commit settled the reservation on the actors.
+            Ok(_) => reservation.committed(),
             Err(e) => {
                 // Dropping the reservation releases its holds.
                 tracing::error!(error = %e, request_id = %request_id, "could not record a proxied call");
@@ -147,6 +148,7 @@ impl Settlement {
         row.tool_definition_tokens = tool_definition_tokens(&a.body);
         event.body = self.record_bodies.then(|| body_record(&event.row, &a.body, seen, now));
         event.holds = self.reservation.holds();
+        event.ticket = self.reservation.ticket();
         event
     }
 }

@@ -40,8 +40,8 @@ use tokio::time::MissedTickBehavior;
 
 use super::ledger::{BudgetLedger, LedgerEvent, ReserveRequest};
 use super::messages::{
-    CallFingerprint, Housekeep, RecordSpend, Refresh, Release, Reload, Reserve, Settle, Snapshot, Tick,
-    Timed, VelocityState,
+    Admit, CallFingerprint, Expired, Housekeep, RecordSpend, Refresh, Release, Reload, Reserve, Settle,
+    SettleBatch, Snapshot, Tick, Timed, VelocityState,
 };
 use crate::registry::{ActorKey, Shared};
 use crate::store::{EntityKey, StoreError, StoredBudget};
@@ -374,7 +374,7 @@ impl BudgetActor {
         if let Some(stats) =
             usize::try_from(self.arbiter).ok().and_then(|arbiter| self.shared.mailbox.get(arbiter))
         {
-            stats.record(sent_at.elapsed());
+            stats.record(self.key.entity_type, sent_at.elapsed());
         }
     }
 
@@ -462,7 +462,43 @@ macro_rules! timed_handlers {
     )*};
 }
 
-timed_handlers!(Reserve, Settle, Release, RecordSpend, Snapshot);
+timed_handlers!(Reserve, Admit, Settle, SettleBatch, Release, RecordSpend, Snapshot);
+
+impl Handler<Admit> for BudgetActor {
+    type Result = MessageResult<Admit>;
+
+    fn handle(&mut self, admit: Admit, ctx: &mut Context<Self>) -> Self::Result {
+        // The caller has given up (or is about to) and answered 503: taking the hold now
+        // would keep budget nobody settles until the reaper runs.
+        if Instant::now() >= admit.deadline {
+            return MessageResult(Err(Expired));
+        }
+        let MessageResult(result) = <Self as Handler<Reserve>>::handle(self, admit.reserve, ctx);
+        MessageResult(Ok(result))
+    }
+}
+
+impl Handler<SettleBatch> for BudgetActor {
+    type Result = MessageResult<SettleBatch>;
+
+    fn handle(&mut self, batch: SettleBatch, _ctx: &mut Context<Self>) -> Self::Result {
+        self.active = true;
+        let counted = self.already_counted(batch.committed_version);
+        let mut events = Vec::new();
+        for &(reservation_id, actual) in &batch.settles {
+            self.untrack_reservation(reservation_id);
+            let Some(budget) = &mut self.budget else {
+                continue;
+            };
+            if counted {
+                budget.ledger.release(reservation_id);
+            } else {
+                events.extend(budget.ledger.settle(reservation_id, actual, batch.now_ms));
+            }
+        }
+        MessageResult(events)
+    }
+}
 
 impl Handler<Reserve> for BudgetActor {
     type Result = MessageResult<Reserve>;

@@ -65,6 +65,23 @@ impl Message for Settle {
     type Result = Vec<LedgerEvent>;
 }
 
+/// Settles many reservations at once: the calls of one accounting commit, whose costs
+/// are already in storage. One message per entity per commit, however many calls it
+/// held. Returns the events to announce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettleBatch {
+    /// `(reservation_id, actual)` per call.
+    pub settles: Vec<(u64, i64)>,
+    /// When the commit happened: the settles count in the period storage counted them in.
+    pub now_ms: i64,
+    /// As in [`Settle::committed_version`].
+    pub committed_version: Option<u64>,
+}
+
+impl Message for SettleBatch {
+    type Result = Vec<LedgerEvent>;
+}
+
 /// Drops a reservation without spend (the call never happened or its request died).
 /// Returns whether the reservation was open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +105,25 @@ pub struct RecordSpend {
 
 impl Message for RecordSpend {
     type Result = Vec<LedgerEvent>;
+}
+
+/// A reservation sent by the registry with its admission deadline. The actor handles
+/// it only if the deadline has not passed: a reservation nobody can be answered for
+/// in time never takes a hold. It counts toward the entity's waiting reservations
+/// until the actor takes it out of the mailbox (the counter goes with the message).
+#[derive(Debug)]
+pub(crate) struct Admit {
+    pub(crate) reserve: Reserve,
+    pub(crate) deadline: Instant,
+    pub(crate) _waiting: crate::registry::Waiting,
+}
+
+/// [`Admit`] reached its actor after its deadline: nothing was reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Expired;
+
+impl Message for Admit {
+    type Result = Result<Result<Option<Admission>, Denial>, Expired>;
 }
 
 /// The budget's figures now; `None` when the entity has no budget.
@@ -191,6 +227,14 @@ impl<M> Timed<M> {
         });
         Self { message, sent_at: sampled.then(Instant::now) }
     }
+
+    /// Stamped with `sent_at` whatever the sampling: reservations, the messages whose
+    /// wait a caller feels, are all timed (their sender reads the clock anyway, for the
+    /// deadline). A fixed sampling stride would also miss whole entities when a request
+    /// always sends to the same entities in the same order.
+    pub(crate) fn stamped(message: M, sent_at: Instant) -> Self {
+        Self { message, sent_at: Some(sent_at) }
+    }
 }
 
 impl<M: Message> Message for Timed<M> {
@@ -202,6 +246,8 @@ pub(crate) trait Routed: Message<Result: Send> + Send + 'static {}
 
 impl Routed for Reserve {}
 impl Routed for Settle {}
+impl Routed for SettleBatch {}
+impl Routed for Admit {}
 impl Routed for Release {}
 impl Routed for RecordSpend {}
 impl Routed for Snapshot {}

@@ -2,6 +2,9 @@
 //! periods, and the actor that owns a ledger and answers for its entity.
 
 pub mod actor;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod admission_tests;
 pub mod ledger;
 pub mod messages;
 pub mod period;
@@ -16,6 +19,7 @@ pub use ledger::{
     UnknownVariant, VelocityConfig, VelocityStatus,
 };
 pub use messages::{
-    CallFingerprint, RecordSpend, Refresh, Release, Reload, Reserve, Settle, Snapshot, Tick, VelocityState,
+    CallFingerprint, RecordSpend, Refresh, Release, Reload, Reserve, Settle, SettleBatch, Snapshot, Tick,
+    VelocityState,
 };
 pub use period::{next_period_start, period_start};

@@ -20,10 +20,11 @@ use crate::registry::{
 };
 use crate::store::{BudgetStore, EntityKey, MemoryStore, StoreError, StoredBudget};
 
-fn config() -> RegistryConfig {
+pub(super) fn config() -> RegistryConfig {
     RegistryConfig {
         arbiters: 2,
-        mailbox_capacity: 1_024,
+        admission_deadline: crate::registry::DEFAULT_ADMISSION_DEADLINE,
+        max_waiting_reservations: 10_000,
         idle_timeout: Duration::from_secs(60),
         restart_backoff: Duration::from_millis(50),
         reservation_max_age: DEFAULT_RESERVATION_MAX_AGE,
@@ -32,15 +33,15 @@ fn config() -> RegistryConfig {
     }
 }
 
-fn key(id: &str) -> EntityKey {
+pub(super) fn key(id: &str) -> EntityKey {
     EntityKey::new("org_1", EntityType::User, id)
 }
 
-fn stored(id: &str, config: BudgetConfig) -> StoredBudget {
+pub(super) fn stored(id: &str, config: BudgetConfig) -> StoredBudget {
     StoredBudget { budget_id: format!("svc_bgt_{id}"), config, spend: 0, period_start: None }
 }
 
-fn store_with(budgets: &[(&str, i64)]) -> MemoryStore {
+pub(super) fn store_with(budgets: &[(&str, i64)]) -> MemoryStore {
     let store = MemoryStore::new();
     for &(id, limit) in budgets {
         store.put(key(id), stored(id, BudgetConfig::new(limit)));
@@ -48,11 +49,11 @@ fn store_with(budgets: &[(&str, i64)]) -> MemoryStore {
     store
 }
 
-fn registry(store: &MemoryStore, config: RegistryConfig) -> BudgetRegistry {
+pub(super) fn registry(store: &MemoryStore, config: RegistryConfig) -> BudgetRegistry {
     BudgetRegistry::new(config, Arc::new(store.clone()), None).unwrap()
 }
 
-fn reserve(registry: &BudgetRegistry, estimate: i64) -> Reserve {
+pub(super) fn reserve(registry: &BudgetRegistry, estimate: i64) -> Reserve {
     Reserve {
         reservation_id: registry.next_reservation_id(),
         estimate,
@@ -63,11 +64,11 @@ fn reserve(registry: &BudgetRegistry, estimate: i64) -> Reserve {
     }
 }
 
-async fn snapshot(registry: &BudgetRegistry, id: &str) -> BudgetSnapshot {
+pub(super) async fn snapshot(registry: &BudgetRegistry, id: &str) -> BudgetSnapshot {
     registry.snapshot(&key(id)).await.unwrap().unwrap()
 }
 
-async fn sleep(ms: u64) {
+pub(super) async fn sleep(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
@@ -423,13 +424,13 @@ async fn a_breaker_recovers_on_the_timer_and_velocity_state_shows_it() {
 
 /// A store whose loads wait until released, to hold actors in their loading state.
 #[derive(Clone)]
-struct GatedStore {
+pub(super) struct GatedStore {
     inner: MemoryStore,
-    gate: Arc<tokio::sync::Semaphore>,
+    pub(super) gate: Arc<tokio::sync::Semaphore>,
 }
 
 impl GatedStore {
-    fn closed(inner: MemoryStore) -> Self {
+    pub(super) fn closed(inner: MemoryStore) -> Self {
         Self { inner, gate: Arc::new(tokio::sync::Semaphore::new(0)) }
     }
 }
@@ -446,7 +447,7 @@ impl BudgetStore for GatedStore {
 }
 
 /// Polls a future once, keeping it.
-struct PollOnce<F>(Option<Pin<Box<F>>>);
+pub(super) struct PollOnce<F>(pub(super) Option<Pin<Box<F>>>);
 
 impl<F: Future> Future for PollOnce<F> {
     type Output = Pin<Box<F>>;
@@ -456,32 +457,6 @@ impl<F: Future> Future for PollOnce<F> {
         assert!(future.as_mut().poll(cx).is_pending());
         Poll::Ready(future)
     }
-}
-
-#[actix::test]
-async fn a_loading_actor_queues_requests_and_a_full_mailbox_sheds_reservations() {
-    let store = GatedStore::closed(store_with(&[("a", 1_000)]));
-    let registry = BudgetRegistry::new(
-        RegistryConfig { mailbox_capacity: 2, ..config() },
-        Arc::new(store.clone()),
-        None,
-    )
-    .unwrap();
-
-    let keys = [key("a")];
-    let (one, two) = (reserve(&registry, 100), reserve(&registry, 100));
-    let first = PollOnce(Some(Box::pin(registry.reserve_all(&keys, &one)))).await;
-    let second = PollOnce(Some(Box::pin(registry.reserve_all(&keys, &two)))).await;
-    let error = registry.reserve_all(&keys, &reserve(&registry, 100)).await.unwrap_err();
-    assert!(
-        matches!(error, ReserveAllError::Unavailable { error: RegistryError::Overloaded, .. }),
-        "{error:?}"
-    );
-    assert_eq!(registry.stats().shed, 1);
-
-    store.gate.add_permits(1);
-    assert_eq!(first.await.unwrap()[0].1.snapshot.reserved, 100);
-    assert_eq!(second.await.unwrap()[0].1.snapshot.reserved, 200);
 }
 
 #[actix::test]
