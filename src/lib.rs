@@ -18,6 +18,7 @@ pub mod idempotency;
 pub mod instances;
 pub mod metrics;
 pub mod openapi;
+pub mod outbox;
 pub mod periods;
 pub mod plans;
 pub mod policy;
@@ -26,6 +27,7 @@ pub mod proxy;
 pub mod ratelimit;
 pub mod state;
 pub mod util;
+pub mod webhooks;
 
 use std::io;
 
@@ -55,7 +57,8 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     let state = AppState::new(config.clone(), pool).map_err(io::Error::other)?;
     let workers = config.workers;
     state.pool.start_maintenance();
-    periods::start(state.pool.clone(), state.budgets.clone());
+    periods::start(state.pool.clone(), state.outbox.clone(), state.budgets.clone());
+    webhooks::start(state.clone());
     changes::start(state.clone());
     instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
         .await

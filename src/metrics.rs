@@ -24,6 +24,10 @@ pub struct Metrics {
     pub accounting: IntCounterVec,
     /// Commit jobs waiting for the accounting writer (refreshed at each scrape).
     pub accounting_queue: IntGauge,
+    /// Webhook delivery attempts by outcome (`delivered`, `retry`, `failed`).
+    pub webhook_attempts: IntCounterVec,
+    /// Enabled webhook endpoints whose last attempt failed (see `failingSince`).
+    pub webhook_endpoints_failing: IntGauge,
 }
 
 impl Metrics {
@@ -74,8 +78,22 @@ impl Metrics {
             IntGauge::new("accounting_queue_depth", "Commit jobs waiting for the accounting writer")
                 .expect("valid gauge");
         registry.register(Box::new(accounting_queue.clone())).expect("unique gauge");
+        let webhook_attempts = IntCounterVec::new(
+            Opts::new("webhook_attempts_total", "Webhook delivery attempts by outcome"),
+            &["outcome"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(webhook_attempts.clone())).expect("unique counter");
+        let webhook_endpoints_failing = IntGauge::new(
+            "webhook_endpoints_failing",
+            "Enabled webhook endpoints whose last delivery attempt failed",
+        )
+        .expect("valid gauge");
+        registry.register(Box::new(webhook_endpoints_failing.clone())).expect("unique gauge");
         Metrics {
             registry,
+            webhook_attempts,
+            webhook_endpoints_failing,
             live_actors,
             registry_figures: registry_gauges,
             proxy_requests,

@@ -18,3 +18,4 @@ mod orgs;
 mod pricing;
 mod proxy;
 mod proxy_money;
+mod webhooks;

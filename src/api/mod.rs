@@ -11,6 +11,7 @@ pub mod openapi;
 pub mod orgs;
 pub mod policy;
 pub mod schemas;
+pub mod webhooks;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -81,6 +82,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(cost_events_ingest::configure)
             .configure(cost_events::configure)
             .configure(policy::configure)
+            .configure(webhooks::configure)
             .configure(openapi::configure)
             .default_service(web::to(not_found)),
     )

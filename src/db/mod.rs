@@ -22,6 +22,7 @@ pub mod schema;
 pub mod shared_budgets;
 pub mod unpriced;
 pub mod users;
+pub mod webhooks;
 
 use std::time::Duration;
 

@@ -70,6 +70,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         crate::api::cost_events::ApiDoc::openapi(),
         crate::api::cost_events_ingest::ApiDoc::openapi(),
         crate::api::policy::ApiDoc::openapi(),
+        crate::api::webhooks::ApiDoc::openapi(),
         crate::proxy::ApiDoc::openapi(),
     ] {
         doc.merge(part);

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod mock;
+pub mod receiver;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
