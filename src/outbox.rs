@@ -159,7 +159,11 @@ pub use enqueue;
 
 /// Queues rows in a transaction of their own (events not tied to another write),
 /// then wakes the endpoint actors.
-pub async fn enqueue_now(pool: &crate::db::Pool, outbox: &Outbox, rows: Vec<OutboxEvent>) -> crate::db::DbResult<()> {
+pub async fn enqueue_now(
+    pool: &crate::db::Pool,
+    outbox: &Outbox,
+    rows: Vec<OutboxEvent>,
+) -> crate::db::DbResult<()> {
     let written = crate::with_tx!(pool, |conn| {
         use diesel_async::RunQueryDsl;
         Ok(enqueue!(conn, outbox, rows))

@@ -70,7 +70,8 @@ pub async fn roll_due(pool: &Pool, outbox: &crate::outbox::Outbox, now: i64) -> 
             ))
             .execute(conn)
             .await?;
-            let queued = if updated == 1 { crate::outbox::enqueue!(conn, outbox, vec![event.clone()]) } else { 0 };
+            let queued =
+                if updated == 1 { crate::outbox::enqueue!(conn, outbox, vec![event.clone()]) } else { 0 };
             Ok((updated == 1, queued))
         })?;
         if queued > 0 {

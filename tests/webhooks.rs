@@ -85,7 +85,10 @@ async fn create_list_update_delete_and_every_rule() {
     assert_eq!(r.status, 200, "{r:?}");
     let d = &r.body["data"];
     assert_eq!((d["description"].clone(), d["enabled"].clone()), (Value::Null, json!(false)));
-    assert_eq!((d["eventTypes"].clone(), d["payloadMode"].clone()), (json!(["budget.exceeded"]), json!("full")));
+    assert_eq!(
+        (d["eventTypes"].clone(), d["payloadMode"].clone()),
+        (json!(["budget.exceeded"]), json!("full"))
+    );
 
     // Validation: every rule reports its field and changes nothing.
     for (body, field) in [
@@ -148,13 +151,22 @@ async fn a_cost_event_is_delivered_signed_in_full_and_thin_and_only_to_subscribe
 
     let full_rx = Receiver::start();
     let thin_rx = Receiver::start();
-    let full = create(&c, json!({ "url": full_rx.url, "payloadMode": "full", "eventTypes": ["cost_event.created"] })).await;
-    let thin = create(&c, json!({ "url": thin_rx.url, "eventTypes": ["cost_event.created", "budget.exceeded"] })).await;
+    let full = create(
+        &c,
+        json!({ "url": full_rx.url, "payloadMode": "full", "eventTypes": ["cost_event.created"] }),
+    )
+    .await;
+    let thin =
+        create(&c, json!({ "url": thin_rx.url, "eventTypes": ["cost_event.created", "budget.exceeded"] }))
+            .await;
     let (_, raw) = create_key(&c, "agent").await;
     let k = key_client(&app.server.control, &raw);
     let r = k
-        .post("/api/cost-events", json!({ "provider": "openai", "model": "gpt-4o", "inputTokens": 7,
-            "outputTokens": 3, "costMicrodollars": 1234, "sessionId": "s-1", "tags": { "team": "core" } }))
+        .post(
+            "/api/cost-events",
+            json!({ "provider": "openai", "model": "gpt-4o", "inputTokens": 7,
+            "outputTokens": 3, "costMicrodollars": 1234, "sessionId": "s-1", "tags": { "team": "core" } }),
+        )
         .await;
     assert_eq!(r.status, 201, "{r:?}");
     let cost_event_id = r.body["data"]["id"].as_str().unwrap().to_owned();
@@ -165,7 +177,10 @@ async fn a_cost_event_is_delivered_signed_in_full_and_thin_and_only_to_subscribe
     assert!(!call.signed_with(&secret(&thin)));
     assert_eq!(call.header("user-agent"), Some("Service-Webhooks/1.0"));
     assert_eq!(call.header("content-type"), Some("application/json"));
-    assert_eq!(call.header("x-service-webhook-timestamp"), call.timestamp().map(|t| t.to_string()).as_deref());
+    assert_eq!(
+        call.header("x-service-webhook-timestamp"),
+        call.timestamp().map(|t| t.to_string()).as_deref()
+    );
     let body = call.json();
     assert_eq!(call.header("x-service-webhook-id"), body["id"].as_str());
     assert!(body["id"].as_str().unwrap().starts_with("evt_"));
@@ -185,9 +200,20 @@ async fn a_cost_event_is_delivered_signed_in_full_and_thin_and_only_to_subscribe
     ] {
         assert_eq!(object[field], want, "{field}: {object}");
     }
-    for field in ["request_id", "event_type", "cached_input_tokens", "duration_ms", "upstream_duration_ms",
-        "trace_id", "tool_name", "tool_server", "tool_calls_requested", "api_key_id", "source", "created_at"]
-    {
+    for field in [
+        "request_id",
+        "event_type",
+        "cached_input_tokens",
+        "duration_ms",
+        "upstream_duration_ms",
+        "trace_id",
+        "tool_name",
+        "tool_server",
+        "tool_calls_requested",
+        "api_key_id",
+        "source",
+        "created_at",
+    ] {
         assert!(object.get(field).is_some(), "{field} missing: {object}");
     }
 
@@ -197,18 +223,25 @@ async fn a_cost_event_is_delivered_signed_in_full_and_thin_and_only_to_subscribe
     assert!(body.get("data").is_none(), "{body}");
     assert_eq!(body["related_object"]["id"], cost_event_id);
     assert_eq!(body["related_object"]["type"], "cost_event");
-    assert!(body["related_object"]["url"].as_str().unwrap().ends_with(&format!("/api/cost-events/{cost_event_id}")));
+    assert!(body["related_object"]["url"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("/api/cost-events/{cost_event_id}")));
 
     let list = settled_deliveries(&c, &id(&full), 1).await;
     let d = &list[0];
     assert!(d["id"].as_str().unwrap().starts_with("svc_del_"));
-    assert_eq!((d["status"].clone(), d["attempts"].clone(), d["responseStatus"].clone()), (json!("delivered"), json!(1), json!(200)));
+    assert_eq!(
+        (d["status"].clone(), d["attempts"].clone(), d["responseStatus"].clone()),
+        (json!("delivered"), json!(1), json!(200))
+    );
     assert_eq!(d["eventType"], "cost_event.created");
     assert_eq!(d["eventId"], full_rx.received()[0].json()["id"]);
     assert!(d["lastAttemptAt"].as_str().is_some());
 
     // An endpoint that subscribes elsewhere gets nothing; a disabled one neither.
-    let r = c.patch(&format!("/api/webhooks/{}", id(&full)), json!({ "eventTypes": ["budget.exceeded"] })).await;
+    let r =
+        c.patch(&format!("/api/webhooks/{}", id(&full)), json!({ "eventTypes": ["budget.exceeded"] })).await;
     assert_eq!(r.status, 200);
     let r = c.patch(&format!("/api/webhooks/{}", id(&thin)), json!({ "enabled": false })).await;
     assert_eq!(r.status, 200);
@@ -218,7 +251,8 @@ async fn a_cost_event_is_delivered_signed_in_full_and_thin_and_only_to_subscribe
     // A test ping goes out regardless and is signed the same way.
     let r = c.post_empty(&format!("/api/webhooks/{}/test", id(&full))).await;
     assert_eq!(r.body, json!({ "success": true, "statusCode": 200, "responsePreview": "thanks" }), "{r:?}");
-    let pings: Vec<Received> = full_rx.received().into_iter().filter(|r| r.json()["type"] == "test.ping").collect();
+    let pings: Vec<Received> =
+        full_rx.received().into_iter().filter(|r| r.json()["type"] == "test.ping").collect();
     assert_eq!(pings.len(), 1);
     assert!(pings[0].signed_with(&secret(&full)));
     assert!(pings[0].json()["data"]["object"]["message"].is_string());
@@ -235,7 +269,11 @@ async fn failures_are_retried_with_backoff_and_4xx_is_final() {
     ingest(&app, &c, 1).await;
     let got = rx.wait_until("a success after 3 failures", |r| r.len() >= 4).await;
     assert!(got.iter().all(|r| r.signed_with(&secret(&hook))));
-    assert_eq!(got.iter().map(Received::event_id).collect::<HashSet<_>>().len(), 1, "one event, four attempts");
+    assert_eq!(
+        got.iter().map(Received::event_id).collect::<HashSet<_>>().len(),
+        1,
+        "one event, four attempts"
+    );
     let list = settled_deliveries(&c, &id(&hook), 1).await;
     assert_eq!((list[0]["status"].clone(), list[0]["attempts"].clone()), (json!("delivered"), json!(4)));
     // Backoff: attempts are spaced (at least half the base of 100 ms between the first two).
@@ -246,8 +284,11 @@ async fn failures_are_retried_with_backoff_and_4xx_is_final() {
     ingest(&app, &c, 1).await;
     let list = settled_deliveries(&c, &id(&hook), 2).await;
     let newest = &list[0];
-    assert_eq!((newest["status"].clone(), newest["attempts"].clone(), newest["responseStatus"].clone()),
-        (json!("failed"), json!(1), json!(404)), "{list:?}");
+    assert_eq!(
+        (newest["status"].clone(), newest["attempts"].clone(), newest["responseStatus"].clone()),
+        (json!("failed"), json!(1), json!(404)),
+        "{list:?}"
+    );
     let hooks = c.get("/api/webhooks").await;
     assert!(hooks.body["data"][0]["failingSince"].is_string(), "{hooks:?}");
 }
@@ -314,7 +355,10 @@ async fn after_a_rotation_both_secrets_sign_for_the_overlap() {
 async fn cookie_client(app: &TestApp) -> Client {
     let r = app
         .control()
-        .post("/api/auth/signup", json!({ "email": "owner@example.com", "password": crate::support::PASSWORD }))
+        .post(
+            "/api/auth/signup",
+            json!({ "email": "owner@example.com", "password": crate::support::PASSWORD }),
+        )
         .await;
     assert_eq!(r.status, 201, "{r:?}");
     let cookie = r.header("set-cookie").unwrap().split(';').next().unwrap().to_owned();
@@ -361,7 +405,11 @@ async fn outside_dev_mode_private_targets_are_refused_at_create_and_at_send() {
     let hook = create(&c, json!({ "url": "https://hooks.example.com/x" })).await;
     app.exec_sql(&format!("UPDATE webhook_endpoints SET url = 'https://{name}:{port}/x'")).await;
     let r = c.post_empty(&format!("/api/webhooks/{}/test", id(&hook))).await;
-    assert_eq!((r.status, r.body["success"].clone(), r.body["statusCode"].clone()), (200, json!(false), Value::Null), "{r:?}");
+    assert_eq!(
+        (r.status, r.body["success"].clone(), r.body["statusCode"].clone()),
+        (200, json!(false), Value::Null),
+        "{r:?}"
+    );
     assert!(listener.accept().is_err(), "a refused target must never be connected to");
     // Deliveries are held to the same rule.
     ingest(&app, &c, 1).await;

@@ -452,7 +452,13 @@ mod tests {
             })
         };
         seed.await.unwrap();
-        let writer = AccountingWriter::start(pool.clone(), crate::outbox::Outbox::new(), Box::new(|_| {}), Duration::ZERO, metrics());
+        let writer = AccountingWriter::start(
+            pool.clone(),
+            crate::outbox::Outbox::new(),
+            Box::new(|_| {}),
+            Duration::ZERO,
+            metrics(),
+        );
         let outcomes = writer.commit(vec![event("org-b", "b", 100, Some("hot=1"))]).await.unwrap();
         assert!(matches!(outcomes[0], Outcome::Inserted { .. }));
         let read = async {

@@ -235,7 +235,12 @@ pub async fn create_webhook(
     let body: CreateWebhookBody = json_body(&req, payload).await?;
     let mut issues = Issues::new();
     check_target(&body.url, state.config.dev, &mut issues).await;
-    check_fields(body.description.as_deref(), body.event_types.as_deref(), body.payload_mode.as_deref(), &mut issues);
+    check_fields(
+        body.description.as_deref(),
+        body.event_types.as_deref(),
+        body.payload_mode.as_deref(),
+        &mut issues,
+    );
     if body.api_version.as_deref().is_some_and(|v| !crate::api::is_api_version(v)) {
         issues.push(&["apiVersion"], "must be a date of the form YYYY-MM-DD");
     }

@@ -297,15 +297,14 @@ pub async fn commit_batch(
     let result = match pool {
         Pool::Sqlite(p) => {
             let mut conn = p.write().await?;
-            conn
-                .spawn_blocking({
-                    let subs = outbox.clone();
-                    move |c| {
+            conn.spawn_blocking({
+                let subs = outbox.clone();
+                move |c| {
                     use diesel::RunQueryDsl;
                     c.immediate_transaction(|c| commit_statements!(c, subs, events, now,))
-                    }
-                })
-                .await?
+                }
+            })
+            .await?
         }
         Pool::Pg(p) => {
             let mut conn = p.write().await?;

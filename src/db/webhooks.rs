@@ -120,7 +120,9 @@ pub async fn delete(pool: &Pool, org_id: &str, id: &str) -> DbResult<bool> {
         diesel::delete(webhook_deliveries::table.filter(webhook_deliveries::endpoint_id.eq(id)))
             .execute(conn)
             .await?;
-        diesel::delete(webhook_leases::table.filter(webhook_leases::endpoint_id.eq(id))).execute(conn).await?;
+        diesel::delete(webhook_leases::table.filter(webhook_leases::endpoint_id.eq(id)))
+            .execute(conn)
+            .await?;
         Ok(true)
     })
 }
@@ -208,7 +210,7 @@ pub async fn due(
             deliveries
                 .into_iter()
                 .map(|d| {
-                    let row = by_id.remove(&d.outbox_id).or_else(|| None);
+                    let row = by_id.remove(&d.outbox_id);
                     (d, row)
                 })
                 .collect(),

@@ -35,10 +35,19 @@ pub fn signing_secrets(endpoint: &WebhookEndpoint, now: i64) -> Vec<&str> {
 }
 
 /// The JSON body of `row` for `endpoint` (thin only for `cost_event.created`).
-pub async fn body(pool: &Pool, public_url: &str, endpoint: &WebhookEndpoint, row: &OutboxEvent) -> DbResult<Vec<u8>> {
+pub async fn body(
+    pool: &Pool,
+    public_url: &str,
+    endpoint: &WebhookEndpoint,
+    row: &OutboxEvent,
+) -> DbResult<Vec<u8>> {
     let id = envelope::event_id(&row.id);
-    let event =
-        Event { id: &id, kind: &row.event_type, api_version: &endpoint.api_version, created_at_ms: row.created_at };
+    let event = Event {
+        id: &id,
+        kind: &row.event_type,
+        api_version: &endpoint.api_version,
+        created_at_ms: row.created_at,
+    };
     let value = if endpoint.payload_mode == "thin" && row.event_type == envelope::THIN_KIND {
         let payload: serde_json::Value = serde_json::from_str(&row.payload).unwrap_or_default();
         envelope::thin(&event, payload["cost_event_id"].as_str().unwrap_or_default(), public_url)
@@ -79,12 +88,19 @@ pub async fn attempt(
     let done = crate::util::time::now_ms();
     let (record, delivered) = outcome(&deps.settings, result, attempts, done, rand::rng().random());
     deps.metrics.webhook_attempts.with_label_values(&[label(&record)]).inc();
-    crate::db::webhooks::record_attempt(&deps.pool, &endpoint.id, &delivery.id, record, delivered, done).await?;
+    crate::db::webhooks::record_attempt(&deps.pool, &endpoint.id, &delivery.id, record, delivered, done)
+        .await?;
     Ok(delivered)
 }
 
 /// The row update for an attempt's result (`jitter` in `[0, 1]`).
-pub fn outcome(settings: &WebhookSettings, result: Attempt, attempts: i64, now: i64, jitter: f64) -> (AttemptRecord, bool) {
+pub fn outcome(
+    settings: &WebhookSettings,
+    result: Attempt,
+    attempts: i64,
+    now: i64,
+    jitter: f64,
+) -> (AttemptRecord, bool) {
     let record = |status: &str, response: Option<u16>, next: i64, error: Option<String>| AttemptRecord {
         status: status.to_owned(),
         attempts,
@@ -101,7 +117,9 @@ pub fn outcome(settings: &WebhookSettings, result: Attempt, attempts: i64, now: 
             let next = now.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
             (record("pending", s, next, Some(error)), false)
         }
-        Attempt::Retry(s, error) | Attempt::Permanent(s, error) => (record("failed", s, now, Some(error)), false),
+        Attempt::Retry(s, error) | Attempt::Permanent(s, error) => {
+            (record("failed", s, now, Some(error)), false)
+        }
     }
 }
 

@@ -76,14 +76,22 @@ mod tests {
 
     #[test]
     fn shapes() {
-        let e = Event { id: "evt_1", kind: "cost_event.created", api_version: "2026-04-01", created_at_ms: 1_999 };
+        let e = Event {
+            id: "evt_1",
+            kind: "cost_event.created",
+            api_version: "2026-04-01",
+            created_at_ms: 1_999,
+        };
         let f = full(&e, json!({ "a": 1 }));
         assert_eq!(f["created_at"], 1);
         assert_eq!(f["data"]["object"]["a"], 1);
         let t = thin(&e, "u", "https://sg.example/");
-        assert_eq!(t["related_object"], json!({
-            "id": "svc_evt_u", "type": "cost_event", "url": "https://sg.example/api/cost-events/svc_evt_u"
-        }));
+        assert_eq!(
+            t["related_object"],
+            json!({
+                "id": "svc_evt_u", "type": "cost_event", "url": "https://sg.example/api/cost-events/svc_evt_u"
+            })
+        );
         assert!(t.get("data").is_none());
         assert_eq!(EVENT_TYPES.iter().collect::<std::collections::HashSet<_>>().len(), 20);
     }

@@ -39,7 +39,11 @@ pub fn start(state: AppState) {
         pool: state.pool.clone(),
         settings: state.config.webhooks.clone(),
         dev: state.config.dev,
-        public_url: state.config.public_url.clone().unwrap_or_else(|| format!("http://{}", state.config.control_addr)),
+        public_url: state
+            .config
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", state.config.control_addr)),
         outbox: state.outbox.clone(),
         metrics: state.metrics.clone(),
     });
@@ -71,7 +75,9 @@ async fn supervise(state: AppState, arbiter: ArbiterHandle, deps: Arc<Deps>) {
                     keep
                 });
                 for (id, _) in &enabled {
-                    match crate::db::webhooks::claim_lease(&state.pool, id, &state.instance_id, now, lease_ms).await {
+                    match crate::db::webhooks::claim_lease(&state.pool, id, &state.instance_id, now, lease_ms)
+                        .await
+                    {
                         Ok(true) => {
                             if !actors.contains_key(id) {
                                 let (id2, deps2) = (id.clone(), deps.clone());

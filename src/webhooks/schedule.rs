@@ -53,7 +53,10 @@ mod tests {
         assert_eq!(backoff(20, base, max, 1.0), max);
         assert_eq!(backoff(u32::MAX, base, max, 0.0), max / 2);
         let total: Duration = (1..20).map(|n| backoff(n, base, max, 1.0)).sum();
-        assert!(total > Duration::from_secs(2 * 86_400) && total < Duration::from_secs(4 * 86_400), "{total:?}");
+        assert!(
+            total > Duration::from_secs(2 * 86_400) && total < Duration::from_secs(4 * 86_400),
+            "{total:?}"
+        );
     }
 
     #[test]

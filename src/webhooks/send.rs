@@ -15,11 +15,13 @@ pub const PREVIEW_CHARS: usize = 500;
 /// A client whose connections go only to addresses the target rules allow.
 /// `awc::Client` is not `Send`: build one per thread (per actor arbiter or worker).
 pub fn client(dev: bool, timeout: Duration) -> awc::Client {
-    let tcp = actix_tls::connect::Connector::new(actix_tls::connect::Resolver::custom(target::CheckedResolver {
-        dev,
-    }))
-    .service();
-    let connector = awc::Connector::new().connector(tcp).timeout(timeout).conn_keep_alive(Duration::from_secs(30));
+    let tcp =
+        actix_tls::connect::Connector::new(actix_tls::connect::Resolver::custom(target::CheckedResolver {
+            dev,
+        }))
+        .service();
+    let connector =
+        awc::Connector::new().connector(tcp).timeout(timeout).conn_keep_alive(Duration::from_secs(30));
     let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)

@@ -57,7 +57,7 @@ impl Received {
         mac.update(format!("{t}.").as_bytes());
         mac.update(&self.body);
         let expected = hex::encode(mac.finalize().into_bytes());
-        self.signatures().iter().any(|s| *s == expected)
+        self.signatures().contains(&expected)
     }
 }
 
@@ -83,12 +83,17 @@ async fn handle(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) -
         .iter()
         .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned()))
         .collect();
-    shared.received.lock().unwrap_or_else(PoisonError::into_inner).push(Received { headers, body: body.to_vec() });
+    shared
+        .received
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(Received { headers, body: body.to_vec() });
     let delay = shared.delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
-    let failing = shared.fail_next.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+    let failing =
+        shared.fail_next.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
     if failing {
         return HttpResponse::ServiceUnavailable().body("try later");
     }
