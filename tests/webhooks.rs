@@ -276,9 +276,12 @@ async fn failures_are_retried_with_backoff_and_4xx_is_final() {
     );
     let list = settled_deliveries(&c, &id(&hook), 1).await;
     assert_eq!((list[0]["status"].clone(), list[0]["attempts"].clone()), (json!("delivered"), json!(4)));
-    // Backoff: attempts are spaced (at least half the base of 100 ms between the first two).
-    let stamps = got.iter().map(|r| r.timestamp().unwrap()).collect::<Vec<_>>();
-    assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{stamps:?}");
+    // Backoff: attempt n+1 waits at least half of 100 ms · 2^(n-1) (jitter is in the
+    // upper half), so the gaps are at least 50, 100 and 200 ms (less 2 ms of clock rounding).
+    let gaps: Vec<Duration> = got.windows(2).map(|w| w[1].at - w[0].at).collect();
+    for (i, gap) in gaps.iter().enumerate() {
+        assert!(*gap >= Duration::from_millis((50 << i) - 2), "gap {i}: {gaps:?}");
+    }
 
     rx.set_status(404);
     ingest(&app, &c, 1).await;
@@ -447,4 +450,31 @@ async fn delivery_resumes_after_a_kill_with_nothing_lost() {
     let unique = got.iter().map(Received::event_id).collect::<HashSet<_>>().len();
     assert_eq!(unique, 30);
     assert!(got.len() - unique <= 8, "{} calls for 30 events", got.len());
+}
+
+/// Two instances on one PostgreSQL database: events committed by either are delivered
+/// by exactly one of them (the lease holder), each once.
+#[tokio::test]
+async fn two_instances_deliver_each_event_once() {
+    if !crate::support::backend_is_postgres() {
+        return;
+    }
+    // A long lease: nothing here may hand the endpoint over, so no call is repeated.
+    let env = vec![("SPENDGATE_WEBHOOK_POLL_MS", "100".to_owned())];
+    let app = TestApp::start_with(&env).await;
+    let second = crate::support::Server::start(&app.db.url, &env);
+    let c = app.owner().await;
+    let rx = Receiver::start();
+    let hook = create(&c, json!({ "url": rx.url })).await;
+    let (_, raw) = create_key(&c, "both").await;
+    for base in [&app.server.control, &second.control] {
+        let k = key_client(base, &raw);
+        for i in 0..10 {
+            assert_eq!(k.post("/api/cost-events", event(10 + i)).await.status, 201);
+        }
+    }
+    let got = rx.wait_for_events(20).await;
+    settled_deliveries(&c, &id(&hook), 20).await;
+    assert_eq!(rx.received().len(), 20, "each event sent once: {}", got.len());
+    assert_eq!(app.query_n("SELECT COUNT(*) AS n FROM webhook_leases").await, 1);
 }

@@ -21,6 +21,8 @@ use sha2::Sha256;
 pub struct Received {
     pub headers: HashMap<String, String>,
     pub body: Vec<u8>,
+    /// When the call arrived.
+    pub at: std::time::Instant,
 }
 
 impl Received {
@@ -83,11 +85,11 @@ async fn handle(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) -
         .iter()
         .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned()))
         .collect();
-    shared
-        .received
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(Received { headers, body: body.to_vec() });
+    shared.received.lock().unwrap_or_else(PoisonError::into_inner).push(Received {
+        headers,
+        body: body.to_vec(),
+        at: std::time::Instant::now(),
+    });
     let delay = shared.delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
