@@ -98,6 +98,7 @@ impl BudgetStore for DbBudgetStore {
 /// sweep, both in the same transaction as the change they announce.
 struct OutboxSink {
     pool: Pool,
+    outbox: crate::outbox::Outbox,
 }
 
 impl EventSink for OutboxSink {
@@ -128,8 +129,9 @@ impl EventSink for OutboxSink {
             return;
         }
         let pool = self.pool.clone();
+        let outbox = self.outbox.clone();
         tokio::spawn(async move {
-            if let Err(e) = crate::db::cost_events::insert_outbox(&pool, rows).await {
+            if let Err(e) = crate::outbox::enqueue_now(&pool, &outbox, rows).await {
                 tracing::error!(error = %e, "could not record velocity.recovered");
             }
         });
@@ -171,9 +173,9 @@ pub struct BudgetService {
 
 impl BudgetService {
     /// Starts the registry (its arbiter threads). Must run inside the actix system.
-    pub fn start(pool: Pool, config: RegistryConfig) -> Result<Self, String> {
+    pub fn start(pool: Pool, outbox: crate::outbox::Outbox, config: RegistryConfig) -> Result<Self, String> {
         let store = Arc::new(DbBudgetStore { pool: pool.clone() });
-        let sink: Arc<dyn EventSink> = Arc::new(OutboxSink { pool });
+        let sink: Arc<dyn EventSink> = Arc::new(OutboxSink { pool, outbox });
         let registry = BudgetRegistry::new(config, store, Some(sink)).map_err(|e| e.to_string())?;
         Ok(Self { registry: Arc::new(registry) })
     }

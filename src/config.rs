@@ -77,6 +77,29 @@ pub struct Config {
     /// Where a blocked Free organization is told to upgrade, and to self-host.
     pub upgrade_url: Option<String>,
     pub self_host_url: Option<String>,
+    /// Webhook delivery: retry schedule, timeouts, leases and retention.
+    pub webhooks: WebhookSettings,
+    /// The control plane's public base URL (thin webhook payloads link to it).
+    pub public_url: Option<String>,
+}
+
+/// How webhook endpoint actors deliver (see `crate::webhooks`).
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// Delay after the first failed attempt; doubles per attempt (with jitter).
+    pub retry_base: Duration,
+    /// The longest delay between two attempts.
+    pub retry_max: Duration,
+    /// Attempts before a delivery is marked `failed`.
+    pub max_attempts: u32,
+    /// Per-attempt timeout.
+    pub timeout: Duration,
+    /// How often an endpoint actor looks for due deliveries without being woken.
+    pub poll: Duration,
+    /// An instance's claim on an endpoint lasts this long unless renewed.
+    pub lease: Duration,
+    /// Delivered (and finally failed) deliveries and their outbox rows are kept this long.
+    pub retention: Duration,
 }
 
 /// One setting's raw value and where it came from, for error messages.
@@ -181,6 +204,14 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("governed_requests_enterprise", "proxied requests per month on Enterprise; 0 = unlimited (default 0)"),
     ("upgrade_url", "upgrade link shown when the Free cap blocks (default none)"),
     ("self_host_url", "self-hosting link shown when the Free cap blocks (default none)"),
+    ("public_url", "public base URL of the control plane, for links in webhook payloads (default http://CONTROL_ADDR)"),
+    ("webhook_retry_base_ms", "webhook retry delay after the first failure, doubling per attempt (default 30000)"),
+    ("webhook_retry_max_ms", "longest webhook retry delay (default 21600000 = 6 h)"),
+    ("webhook_max_attempts", "attempts before a webhook delivery is marked failed (default 20, about 3 days)"),
+    ("webhook_timeout_ms", "timeout of one webhook attempt (default 10000)"),
+    ("webhook_poll_ms", "how often an endpoint looks for due deliveries when not woken (default 1000)"),
+    ("webhook_lease_ms", "an instance's claim on delivering an endpoint's events, renewed while alive (default 15000)"),
+    ("webhook_retention_hours", "finished deliveries and their outbox rows are pruned after this (default 72)"),
 ];
 
 impl Config {
@@ -295,6 +326,19 @@ impl Config {
             ],
             upgrade_url: r.optional("upgrade_url"),
             self_host_url: r.optional("self_host_url"),
+            webhooks: WebhookSettings {
+                retry_base: Duration::from_millis(r.positive("webhook_retry_base_ms", 30_000)?),
+                retry_max: Duration::from_millis(r.positive("webhook_retry_max_ms", 21_600_000)?),
+                max_attempts: r.positive("webhook_max_attempts", 20)?,
+                timeout: Duration::from_millis(r.positive("webhook_timeout_ms", 10_000)?),
+                poll: Duration::from_millis(r.positive("webhook_poll_ms", 1_000)?),
+                lease: Duration::from_millis(r.positive("webhook_lease_ms", 15_000)?),
+                retention: Duration::from_secs(3600 * r.positive::<u64>("webhook_retention_hours", 72)?),
+            },
+            public_url: match r.optional("public_url") {
+                None => None,
+                Some(_) => Some(r.url("public_url", "")?),
+            },
         };
         if let Some(path) = &config.pricing_file {
             if !path.exists() {

@@ -20,6 +20,7 @@ pub mod instances;
 pub mod margins;
 pub mod metrics;
 pub mod openapi;
+pub mod outbox;
 pub mod periods;
 pub mod plans;
 pub mod policy;
@@ -30,6 +31,7 @@ pub mod ratelimit;
 pub mod state;
 pub mod tool_costs;
 pub mod util;
+pub mod webhooks;
 
 use std::io;
 
@@ -59,12 +61,18 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     let state = AppState::new(config.clone(), pool).map_err(io::Error::other)?;
     let workers = config.workers;
     state.pool.start_maintenance();
-    periods::start(state.pool.clone(), state.budgets.clone());
+    periods::start(state.pool.clone(), state.outbox.clone(), state.budgets.clone());
+    webhooks::start(state.clone());
     changes::start(state.clone());
     instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
         .await
         .map_err(io::Error::other)?;
-    margins::scheduler::start(state.pool.clone(), state.config.clone(), state.instance_id.clone());
+    margins::scheduler::start(
+        state.pool.clone(),
+        state.outbox.clone(),
+        state.config.clone(),
+        state.instance_id.clone(),
+    );
     if state.config.shared_budgets {
         db::shared_budgets::start_reaper(state.pool.clone());
     }

@@ -28,6 +28,10 @@ pub struct Metrics {
     pub accounting_queue: IntGauge,
     /// Admission figures of the budget actors: refusals, mailbox waits, busiest entities.
     pub budget: budget::BudgetMetrics,
+    /// Webhook delivery attempts by outcome (`delivered`, `retry`, `failed`).
+    pub webhook_attempts: IntCounterVec,
+    /// Enabled webhook endpoints whose last attempt failed (see `failingSince`).
+    pub webhook_endpoints_failing: IntGauge,
 }
 
 impl Metrics {
@@ -79,9 +83,23 @@ impl Metrics {
                 .expect("valid gauge");
         registry.register(Box::new(accounting_queue.clone())).expect("unique gauge");
         let budget = budget::BudgetMetrics::register(&registry);
+        let webhook_attempts = IntCounterVec::new(
+            Opts::new("webhook_attempts_total", "Webhook delivery attempts by outcome"),
+            &["outcome"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(webhook_attempts.clone())).expect("unique counter");
+        let webhook_endpoints_failing = IntGauge::new(
+            "webhook_endpoints_failing",
+            "Enabled webhook endpoints whose last delivery attempt failed",
+        )
+        .expect("valid gauge");
+        registry.register(Box::new(webhook_endpoints_failing.clone())).expect("unique gauge");
         Metrics {
             budget,
             registry,
+            webhook_attempts,
+            webhook_endpoints_failing,
             live_actors,
             registry_figures: registry_gauges,
             proxy_requests,

@@ -16,7 +16,7 @@ use diesel_async::RunQueryDsl;
 use crate::budgets::{BudgetService, EntityRef};
 use crate::db::cost_events::{period_due, reset_event};
 use crate::db::models::Budget;
-use crate::db::schema::{budgets, event_outbox};
+use crate::db::schema::budgets;
 use crate::db::{DbError, DbResult, Pool};
 use crate::util::time;
 use crate::{with_conn, with_tx};
@@ -29,7 +29,7 @@ pub fn due(row: &Budget, now: i64) -> Option<(ResetInterval, i64)> {
 }
 
 /// Resets every due budget; returns the entities that were reset.
-pub async fn roll_due(pool: &Pool, now: i64) -> DbResult<Vec<EntityRef>> {
+pub async fn roll_due(pool: &Pool, outbox: &crate::outbox::Outbox, now: i64) -> DbResult<Vec<EntityRef>> {
     let rows: Vec<Budget> = with_conn!(pool, read, |conn| {
         budgets::table
             .filter(budgets::reset_interval.is_not_null())
@@ -54,7 +54,7 @@ pub async fn roll_due(pool: &Pool, now: i64) -> DbResult<Vec<EntityRef>> {
         );
         let id = row.id.clone();
         let previous_spend = row.spend_microdollars;
-        let done = with_tx!(pool, |conn| {
+        let (done, queued) = with_tx!(pool, |conn| {
             // Conditional on the period we read, so each reset happens once even
             // with several instances. Spend committed after our read stays (it
             // belongs to the new period): we subtract what we announce.
@@ -70,11 +70,13 @@ pub async fn roll_due(pool: &Pool, now: i64) -> DbResult<Vec<EntityRef>> {
             ))
             .execute(conn)
             .await?;
-            if updated == 1 {
-                diesel::insert_into(event_outbox::table).values(&event).execute(conn).await?;
-            }
-            Ok(updated == 1)
+            let queued =
+                if updated == 1 { crate::outbox::enqueue!(conn, outbox, vec![event.clone()]) } else { 0 };
+            Ok((updated == 1, queued))
         })?;
+        if queued > 0 {
+            outbox.wake();
+        }
         if done {
             rolled.push(EntityRef {
                 org_id: row.org_id,
@@ -87,12 +89,12 @@ pub async fn roll_due(pool: &Pool, now: i64) -> DbResult<Vec<EntityRef>> {
 }
 
 /// Runs [`roll_due`] every [`SWEEP_EVERY`] and refreshes the reset budgets' actors.
-pub fn start(pool: Pool, budgets: BudgetService) {
+pub fn start(pool: Pool, outbox: crate::outbox::Outbox, budgets: BudgetService) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(SWEEP_EVERY);
         loop {
             tick.tick().await;
-            match roll_due(&pool, time::now_ms()).await {
+            match roll_due(&pool, &outbox, time::now_ms()).await {
                 Ok(rolled) => {
                     for entity in rolled {
                         budgets.invalidate(&entity).await;

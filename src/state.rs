@@ -23,6 +23,8 @@ pub struct Inner {
     pub budgets: BudgetService,
     pub writer: AccountingWriter,
     pub rate_limits: RateLimiters,
+    /// Webhook subscriptions (what the outbox keeps) and the endpoint actors' wake-up.
+    pub outbox: crate::outbox::Outbox,
     pub metrics: Metrics,
     /// Model prices: the built-in table with the operator's file over it.
     pub pricing: Arc<PricingTable>,
@@ -48,8 +50,10 @@ impl AppState {
         let metrics = Metrics::new();
         let pricing = PricingTable::load(config.pricing_file.as_deref())?;
         let unpriced = UnpricedModels::new(metrics.unpriced_models.clone());
+        let outbox = crate::outbox::Outbox::new();
         let budgets = BudgetService::start(
             pool.clone(),
+            outbox.clone(),
             actors::registry::RegistryConfig {
                 arbiters: config.arbiters,
                 admission_deadline: config.admission_deadline,
@@ -68,6 +72,7 @@ impl AppState {
         };
         let writer = AccountingWriter::start(
             pool.clone(),
+            outbox.clone(),
             on_commit,
             config.accounting_linger,
             crate::accounting::WriterMetrics(metrics.accounting.clone()),
@@ -84,6 +89,7 @@ impl AppState {
             budgets,
             writer,
             rate_limits,
+            outbox,
             metrics,
             pricing: Arc::new(pricing),
             unpriced,

@@ -1125,6 +1125,7 @@ async fn openapi_lists_the_budget_and_internal_routes() {
 async fn spend_after_a_period_boundary_counts_in_the_new_period_before_the_sweep() {
     let app = TestApp::start().await;
     let owner = app.owner().await;
+    crate::support::subscribe_all(&owner).await;
     let (key_id, raw) = create_key(&owner, "sdk").await;
     let sdk = key_client(&app.server.control, &raw);
     let budget = upsert_ok(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use serde_json::{json, Value};
 
-use crate::support::{create_key, key_client, read, Client, Resp, Server, TestApp};
+use crate::support::{create_key, key_client, read, subscribe_all, Client, Resp, Server, TestApp};
 
 const OWNER_ORG: &str = "owner@example.com's organization";
 
@@ -33,6 +33,8 @@ struct Setup {
 async fn setup_with(env: &[(&'static str, String)]) -> Setup {
     let app = TestApp::start_with(env).await;
     let owner = app.owner().await;
+    // The outbox keeps only kinds some endpoint subscribes to.
+    subscribe_all(&owner).await;
     let (_, raw) = create_key(&owner, "billing").await;
     let proxy = key_client(&app.proxy().base, &raw);
     Setup { app, owner, proxy, raw_key: raw }

@@ -23,3 +23,4 @@ mod pricing;
 mod proxy;
 mod proxy_money;
 mod tool_costs;
+mod webhooks;

@@ -306,6 +306,8 @@ async fn tiers_sit_at_their_exact_boundaries() {
 #[tokio::test]
 async fn threshold_event_fires_once_per_worsening() {
     let s = setup().await;
+    // The outbox keeps only kinds some endpoint subscribes to.
+    crate::support::subscribe_all(&s.owner).await;
     let now = now_secs();
     s.fake.add_customer("cus_t", "Tenant", "t@x.com", json!({}), now - 100);
     s.fake.add_invoice("in_t1", "cus_t", "usd", 10_000, 0, now - 60);

@@ -28,6 +28,7 @@ pub(crate) async fn setup_with(extra: &[(&'static str, String)]) -> Setup {
     env.extend(extra.iter().cloned());
     let app = TestApp::start_with(&env).await;
     let owner = app.owner().await;
+    crate::support::subscribe_all(&owner).await;
     let (key_id, raw) = create_key(&owner, "agent").await;
     Setup { app, mock, owner, key_id, raw }
 }

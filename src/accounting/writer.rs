@@ -61,9 +61,15 @@ impl AccountingWriter {
     /// Starts the writer on the current runtime.
     /// Starts the writer on the current runtime; `linger` is how long a commit of
     /// background events only ([`AccountingWriter::record`]) waits for company.
-    pub fn start(pool: Pool, on_commit: OnCommit, linger: Duration, metrics: WriterMetrics) -> Self {
+    pub fn start(
+        pool: Pool,
+        outbox: crate::outbox::Outbox,
+        on_commit: OnCommit,
+        linger: Duration,
+        metrics: WriterMetrics,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(run(pool, rx, on_commit, linger, metrics));
+        tokio::spawn(run(pool, outbox, rx, on_commit, linger, metrics));
         AccountingWriter { tx }
     }
 
@@ -155,6 +161,7 @@ fn sanitize(event: &mut NewCostEvent) {
 
 async fn run(
     pool: Pool,
+    outbox: crate::outbox::Outbox,
     mut rx: mpsc::Receiver<Job>,
     on_commit: OnCommit,
     linger: Duration,
@@ -181,7 +188,7 @@ async fn run(
             count += job.events.len();
             jobs.push(job);
         }
-        let commit = |events| cost_events::commit_batch(&pool, events, time::now_ms());
+        let commit = |events| cost_events::commit_batch(&pool, &outbox, events, time::now_ms());
         commit_isolating(&commit, jobs, &on_commit, &metrics).await;
     }
 }
@@ -202,7 +209,7 @@ where
         let result = commit_with_retry(commit, &mut group, metrics).await;
         metrics.add("commit_microseconds", u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
         match result {
-            Ok((CommitResult { outcomes, changes }, settled)) => {
+            Ok((CommitResult { outcomes, changes, .. }, settled)) => {
                 metrics.add("commits", 1);
                 metrics.add("events", u64::try_from(count).unwrap_or(u64::MAX));
                 tracing::debug!(
@@ -407,7 +414,7 @@ mod tests {
             .iter()
             .map(|e| Outcome::Inserted { id: e.row.id.clone(), created_at: e.row.created_at })
             .collect();
-        Ok(CommitResult { outcomes, changes: Vec::new() })
+        Ok(CommitResult { outcomes, changes: Vec::new(), deliveries: 0 })
     }
 
     /// One event that cannot be stored fails its own job only: the other jobs of the
@@ -455,7 +462,13 @@ mod tests {
             })
         };
         seed.await.unwrap();
-        let writer = AccountingWriter::start(pool.clone(), Box::new(|_, _| {}), Duration::ZERO, metrics());
+        let writer = AccountingWriter::start(
+            pool.clone(),
+            crate::outbox::Outbox::new(),
+            Box::new(|_, _| {}),
+            Duration::ZERO,
+            metrics(),
+        );
         let outcomes = writer.commit(vec![event("org-b", "b", 100, Some("hot=1"))]).await.unwrap();
         assert!(matches!(outcomes[0], Outcome::Inserted { .. }));
         let read = async {

@@ -262,7 +262,7 @@ fn to_json_opt<T: Serialize>(value: Option<&T>) -> Result<Option<String>, ApiErr
 /// actix's current-thread runtime panics the worker (the cancel guard calls
 /// `block_in_place`), so the caller got a dropped connection instead of a 400.
 /// Sequential reading also puts 401/403 before body errors.
-async fn json_body<T: DeserializeOwned + 'static>(
+pub(crate) async fn json_body<T: DeserializeOwned + 'static>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T, ApiError> {

@@ -16,6 +16,7 @@ pub mod payprocessor;
 pub mod policy;
 pub mod schemas;
 pub mod tool_costs;
+pub mod webhooks;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -91,6 +92,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(payprocessor::configure)
             .configure(customer_mappings::configure)
             .configure(margins::configure)
+            .configure(webhooks::configure)
             .configure(openapi::configure)
             .default_service(web::to(not_found)),
     )

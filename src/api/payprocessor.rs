@@ -174,14 +174,14 @@ pub async fn revenue_sync(state: web::Data<AppState>, req: HttpRequest) -> Resul
         if !ok {
             return Err(ApiError::authentication_required());
         }
-        let round = crate::margins::scheduler::sync_all(&state.pool, &state.config).await;
+        let round = crate::margins::scheduler::sync_all(&state.pool, &state.outbox, &state.config).await;
         let data = ScheduledSync { synced: round.synced, errors: round.errors };
         return Ok(HttpResponse::Ok().json(json!({ "data": data })));
     }
     let auth = SessionAuth::from_request(&req, &mut Payload::None).await?;
     require_paid(&auth)?;
     auth.require(Role::Member)?;
-    match sync::sync_org(&state.pool, &state.config, &auth.org.id).await {
+    match sync::sync_org(&state.pool, &state.outbox, &state.config, &auth.org.id).await {
         Ok(report) => Ok(HttpResponse::Ok().json(json!({ "data": report }))),
         Err(SyncError::NotConnected) => Err(ApiError::not_found("Processor connection")),
         Err(SyncError::Processor(ProcessorError::Rejected(m))) => Err(validation_failed(&m)),

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use actors::budget::{next_period_start, period_start, ResetInterval};
 
 use crate::db::models::{CostEvent, CostEventTag, OutboxEvent};
-use crate::db::schema::{budgets, cost_event_bodies, cost_event_tags, cost_events, event_outbox};
+use crate::db::schema::{budgets, cost_event_bodies, cost_event_tags, cost_events};
 use crate::db::{DbResult, Pool};
 use diesel::{ExpressionMethods, QueryDsl};
 
@@ -98,6 +98,8 @@ pub struct SpendChange {
 pub struct CommitResult {
     pub outcomes: Vec<Outcome>,
     pub changes: Vec<SpendChange>,
+    /// Webhook deliveries queued by the commit.
+    pub deliveries: usize,
 }
 
 /// Builds an outbox row (the webhook `data.object` is `object`).
@@ -110,19 +112,6 @@ pub fn outbox_event(org_id: &str, event_type: &str, object: serde_json::Value, n
         created_at: now,
         dispatched_at: None,
     }
-}
-
-/// Writes outbox rows on their own (events not tied to a cost-event commit).
-pub async fn insert_outbox(pool: &Pool, rows: Vec<OutboxEvent>) -> DbResult<()> {
-    // One row at a time: diesel-async's SQLite path has no multi-row insert, and
-    // these events are rare.
-    crate::with_tx!(pool, |conn| {
-        use diesel_async::RunQueryDsl;
-        for row in &rows {
-            diesel::insert_into(event_outbox::table).values(row).execute(conn).await?;
-        }
-        Ok(())
-    })
 }
 
 /// The new period start when a budget's period (`interval`, started at `start`) has
@@ -176,7 +165,7 @@ pub fn crossed_thresholds(thresholds: &[i64], limit: i64, before: i64, after: i6
 /// transaction: no per-statement thread hops) and for the async PostgreSQL one.
 /// `$($aw)*` is `.await` for the async expansion and nothing for the sync one.
 macro_rules! commit_statements {
-    ($conn:ident, $events:ident, $now:ident, $($aw:tt)*) => {{
+    ($conn:ident, $subs:ident, $events:ident, $now:ident, $($aw:tt)*) => {{
         let mut inserted_ids = std::collections::HashSet::new();
         let rows: Vec<&CostEvent> = $events.iter().map(|e| &e.row).collect();
         for_fixed_chunks!(rows.as_slice(), |chunk| {
@@ -271,14 +260,8 @@ macro_rules! commit_statements {
             }
         }
         crate::db::shared_budgets::free_upto!($conn, freed, None, $($aw)*);
-        let outbox_rows: Vec<&OutboxEvent> = outbox.iter().collect();
-        for_fixed_chunks!(outbox_rows.as_slice(), |chunk| {
-            // Outbox ids are fresh UUIDv7s and never conflict. The clause is here for
-            // diesel: its plain SQLite batch insert wants `'static` rows, its
-            // `ON CONFLICT` one takes borrowed rows like the inserts above.
-            diesel::insert_into(event_outbox::table).values(chunk).on_conflict_do_nothing().execute($conn) $($aw)* ?;
-        });
-        Ok::<_, diesel::result::Error>(CommitResult { outcomes, changes })
+        let deliveries = crate::outbox::enqueue!(@run $conn, &$subs, outbox, $($aw)*);
+        Ok::<_, diesel::result::Error>(CommitResult { outcomes, changes, deliveries })
     }};
 }
 
@@ -311,32 +294,37 @@ fn saturating_add_spend(
 /// `cost_event.created` and threshold events to the outbox.
 pub async fn commit_batch(
     pool: &Pool,
+    outbox: &crate::outbox::Outbox,
     events: std::sync::Arc<Vec<NewCostEvent>>,
     now: i64,
 ) -> DbResult<CommitResult> {
-    match pool {
+    let result = match pool {
         Pool::Sqlite(p) => {
             let mut conn = p.write().await?;
-            let result = conn
-                .spawn_blocking(move |c| {
+            conn.spawn_blocking({
+                let subs = outbox.clone();
+                move |c| {
                     use diesel::RunQueryDsl;
-                    c.immediate_transaction(|c| commit_statements!(c, events, now,))
-                })
-                .await?;
-            Ok(result)
+                    c.immediate_transaction(|c| commit_statements!(c, subs, events, now,))
+                }
+            })
+            .await?
         }
         Pool::Pg(p) => {
             let mut conn = p.write().await?;
             use diesel_async::AsyncConnection;
-            let result = conn
-                .transaction::<_, diesel::result::Error, _>(async |c| {
-                    use diesel_async::RunQueryDsl;
-                    commit_statements!(c, events, now, .await)
-                })
-                .await?;
-            Ok(result)
+            let subs = outbox;
+            conn.transaction::<_, diesel::result::Error, _>(async |c| {
+                use diesel_async::RunQueryDsl;
+                commit_statements!(c, subs, events, now, .await)
+            })
+            .await?
         }
+    };
+    if result.deliveries > 0 {
+        outbox.wake();
     }
+    Ok(result)
 }
 
 /// Per budget target: total added, each (amount, request id) in order, and the part no

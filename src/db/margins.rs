@@ -10,7 +10,7 @@ use diesel_async::RunQueryDsl;
 
 use crate::db::exact_sum::{self, SumParts};
 use crate::db::models::OutboxEvent;
-use crate::db::schema::{cost_event_tags, cost_events, customer_mappings, event_outbox, margin_tiers};
+use crate::db::schema::{cost_event_tags, cost_events, customer_mappings, margin_tiers};
 use crate::db::{DbError, DbResult, Pool};
 use crate::{with_conn, with_tx};
 
@@ -185,6 +185,7 @@ pub struct TierKey<'a> {
 /// goes to the outbox in the same transaction when it returns `Some`.
 pub async fn record_tier(
     pool: &Pool,
+    outbox: &crate::outbox::Outbox,
     key: &TierKey<'_>,
     (tier, margin): (&str, Option<f64>),
     now: i64,
@@ -233,7 +234,7 @@ pub async fn record_tier(
             return Ok(None);
         }
         if let Some(row) = event(&previous, previous_margin) {
-            diesel::insert_into(event_outbox::table).values(&row).execute(conn).await?;
+            crate::enqueue!(conn, outbox, vec![row]);
         }
         Ok(Some(previous))
     })

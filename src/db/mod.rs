@@ -26,6 +26,7 @@ pub mod shared_budgets;
 pub mod tool_costs;
 pub mod unpriced;
 pub mod users;
+pub mod webhooks;
 
 use std::time::Duration;
 

@@ -245,3 +245,40 @@ pub struct CustomerBinding {
     pub created_at: i64,
     pub updated_at: i64,
 }
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = webhook_endpoints, treat_none_as_default_value = false)]
+pub struct WebhookEndpoint {
+    pub id: String,
+    pub org_id: String,
+    pub url: String,
+    pub description: Option<String>,
+    /// JSON array of event kinds; `[]` = every kind.
+    pub event_types: String,
+    pub enabled: bool,
+    pub api_version: String,
+    pub payload_mode: String,
+    pub signing_secret: String,
+    pub previous_secret: Option<String>,
+    pub previous_secret_expires_at: Option<i64>,
+    pub secret_rotated_at: Option<i64>,
+    pub failing_since: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = webhook_deliveries, treat_none_as_default_value = false)]
+pub struct WebhookDelivery {
+    pub id: String,
+    pub endpoint_id: String,
+    pub outbox_id: String,
+    pub event_type: String,
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_at: i64,
+    pub last_attempt_at: Option<i64>,
+    pub response_status: Option<i64>,
+    pub last_error: Option<String>,
+    pub created_at: i64,
+}

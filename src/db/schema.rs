@@ -341,6 +341,50 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhook_endpoints (id) {
+        id -> Text,
+        org_id -> Text,
+        url -> Text,
+        description -> Nullable<Text>,
+        event_types -> Text,
+        enabled -> Bool,
+        api_version -> Text,
+        payload_mode -> Text,
+        signing_secret -> Text,
+        previous_secret -> Nullable<Text>,
+        previous_secret_expires_at -> Nullable<BigInt>,
+        secret_rotated_at -> Nullable<BigInt>,
+        failing_since -> Nullable<BigInt>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    webhook_deliveries (id) {
+        id -> Text,
+        endpoint_id -> Text,
+        outbox_id -> Text,
+        event_type -> Text,
+        status -> Text,
+        attempts -> BigInt,
+        next_attempt_at -> BigInt,
+        last_attempt_at -> Nullable<BigInt>,
+        response_status -> Nullable<BigInt>,
+        last_error -> Nullable<Text>,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    webhook_leases (endpoint_id) {
+        endpoint_id -> Text,
+        owner_instance -> Text,
+        expires_at -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     users,
     organizations,
@@ -361,6 +405,9 @@ diesel::allow_tables_to_appear_in_same_query!(
     instances,
     tool_costs,
     customer_bindings,
+    webhook_endpoints,
+    webhook_deliveries,
+    webhook_leases,
     processor_connections,
     processor_customers,
     revenue_items,

@@ -4,6 +4,7 @@
 //! lease row (`sync_leases`) that expires: whoever holds the unexpired lease syncs,
 //! the others skip that round.
 
+use crate::outbox::Outbox;
 use std::time::Duration;
 
 use crate::config::Config;
@@ -21,7 +22,7 @@ pub struct Round {
 }
 
 /// Syncs every connected organization on a paid tier, one after the other.
-pub async fn sync_all(pool: &Pool, config: &Config) -> Round {
+pub async fn sync_all(pool: &Pool, outbox: &Outbox, config: &Config) -> Round {
     let mut round = Round::default();
     let orgs = match store::connected_orgs(pool).await {
         Ok(o) => o,
@@ -37,7 +38,7 @@ pub async fn sync_all(pool: &Pool, config: &Config) -> Round {
         if !paid {
             continue;
         }
-        match super::sync::sync_org(pool, config, &org_id).await {
+        match super::sync::sync_org(pool, outbox, config, &org_id).await {
             Ok(_) => round.synced += 1,
             Err(e) => {
                 tracing::warn!(org_id, error = %e, "revenue sync failed");
@@ -50,7 +51,7 @@ pub async fn sync_all(pool: &Pool, config: &Config) -> Round {
 
 /// Starts the periodic sync on the current actix arbiter (the processor client is
 /// not `Send`). Does nothing when the interval is off.
-pub fn start(pool: Pool, config: Config, instance_id: String) {
+pub fn start(pool: Pool, outbox: Outbox, config: Config, instance_id: String) {
     let Some(every) = config.revenue_sync_interval else { return };
     actix_web::rt::spawn(async move {
         let mut tick = actix_web::rt::time::interval_at(actix_web::rt::time::Instant::now() + every, every);
@@ -60,7 +61,7 @@ pub fn start(pool: Pool, config: Config, instance_id: String) {
             tick.tick().await;
             match store::try_lease(&pool, LEASE, &instance_id, time::now_ms(), ttl_ms).await {
                 Ok(true) => {
-                    let round = sync_all(&pool, &config).await;
+                    let round = sync_all(&pool, &outbox, &config).await;
                     tracing::info!(synced = round.synced, errors = round.errors, "scheduled revenue sync");
                 }
                 Ok(false) => {}

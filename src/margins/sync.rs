@@ -2,6 +2,7 @@
 //! refunds of the last twelve months from the processor, rewrite the revenue items,
 //! auto-match new customers, then announce worsened health tiers of this month.
 
+use crate::outbox::Outbox;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
@@ -51,9 +52,14 @@ pub enum SyncError {
 }
 
 /// Syncs one organization and records the outcome on its connection.
-pub async fn sync_org(pool: &Pool, config: &Config, org_id: &str) -> Result<SyncReport, SyncError> {
+pub async fn sync_org(
+    pool: &Pool,
+    outbox: &Outbox,
+    config: &Config,
+    org_id: &str,
+) -> Result<SyncReport, SyncError> {
     let started = Instant::now();
-    let result = run(pool, config, org_id).await;
+    let result = run(pool, outbox, config, org_id).await;
     let now = time::now_ms();
     match &result {
         Ok(r) => store::record_sync(pool, org_id, now, None, &r.skipped_currencies).await?,
@@ -66,7 +72,7 @@ pub async fn sync_org(pool: &Pool, config: &Config, org_id: &str) -> Result<Sync
     })
 }
 
-async fn run(pool: &Pool, config: &Config, org_id: &str) -> Result<SyncReport, SyncError> {
+async fn run(pool: &Pool, outbox: &Outbox, config: &Config, org_id: &str) -> Result<SyncReport, SyncError> {
     let conn = store::connection(pool, org_id).await?.ok_or(SyncError::NotConnected)?;
     let secret = config.secret_key.as_deref().ok_or(SyncError::Secret)?;
     let key = crypto::decrypt(secret, org_id, &conn.key_ciphertext).map_err(|_| SyncError::Secret)?;
@@ -91,7 +97,7 @@ async fn run(pool: &Pool, config: &Config, org_id: &str) -> Result<SyncReport, S
         .await?
         .ok_or(SyncError::NotConnected)?;
     let auto = auto_match(pool, org_id, &conn.id, &customers, now).await?;
-    announce_worsened(pool, org_id, &conn.id, Month::of_ms(now), now).await?;
+    announce_worsened(pool, outbox, org_id, &conn.id, Month::of_ms(now), now).await?;
     Ok(SyncReport {
         org_id: ids::prefixed(ids::ORG, org_id),
         customers_processed: i64::try_from(customers.len()).unwrap_or(i64::MAX),
@@ -144,6 +150,7 @@ async fn auto_match(
 /// `margin.threshold_crossed` once (see `db::margins::record_tier`).
 async fn announce_worsened(
     pool: &Pool,
+    outbox: &Outbox,
     org_id: &str,
     connection_id: &str,
     month: Month,
@@ -166,13 +173,13 @@ async fn announce_worsened(
                 .worsens_to(tier)
                 .then(|| enqueue_threshold_crossed(org_id, &cm, previous, previous_margin, &period, now))
         };
-        margins::record_tier(pool, &key, (tier.as_str(), current), now, event).await?;
+        margins::record_tier(pool, outbox, &key, (tier.as_str(), current), now, event).await?;
     }
     Ok(())
 }
 
-/// The outbox row of `margin.threshold_crossed`. The webhooks work brings a shared
-/// `enqueue`; this one local builder is what to swap for it.
+/// The outbox row of `margin.threshold_crossed` (written by `outbox::enqueue!`, so
+/// only when an endpoint subscribes).
 fn enqueue_threshold_crossed(
     org_id: &str,
     cm: &CustomerMargin,

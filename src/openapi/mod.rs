@@ -75,6 +75,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         crate::api::payprocessor::ApiDoc::openapi(),
         crate::api::customer_mappings::ApiDoc::openapi(),
         crate::api::margins::ApiDoc::openapi(),
+        crate::api::webhooks::ApiDoc::openapi(),
         crate::proxy::ApiDoc::openapi(),
         crate::proxy::customers_doc_api(),
     ] {

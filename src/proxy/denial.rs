@@ -91,7 +91,7 @@ pub async fn record(state: &AppState, who: &Refused<'_>, rows: Vec<OutboxEvent>)
 /// Writes webhook events that come with no cost event (a plan cap passed on a paid
 /// tier, a key rate limit). A failure is logged.
 pub async fn record_events(state: &AppState, rows: Vec<OutboxEvent>) {
-    if let Err(e) = crate::db::cost_events::insert_outbox(&state.pool, rows).await {
+    if let Err(e) = crate::outbox::enqueue_now(&state.pool, &state.outbox, rows).await {
         tracing::error!(error = %e, "could not record events");
     }
 }

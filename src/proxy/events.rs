@@ -27,7 +27,7 @@ pub fn request_blocked(call: &Call<'_>, reason: &str, details: Option<Value>) ->
             "reason": reason,
             "model": call.model,
             "provider": call.provider,
-            "api_key_id": call.api_key_id,
+            "api_key_id": crate::util::ids::prefixed(crate::util::ids::API_KEY, call.api_key_id),
             "details": details,
         }),
         call.now_ms,

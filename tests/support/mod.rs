@@ -6,6 +6,7 @@
 
 pub mod mock;
 pub mod processor;
+pub mod receiver;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -368,6 +369,13 @@ pub async fn create_key(owner: &Client, name: &str) -> (String, String) {
     assert_eq!(r.status, 201, "create key: {r:?}");
     let d = &r.body["data"];
     (d["id"].as_str().unwrap_or_default().to_owned(), d["rawKey"].as_str().unwrap_or_default().to_owned())
+}
+
+/// Subscribes the organization to every event kind with an endpoint nobody listens
+/// on, so the outbox keeps every event (it keeps only kinds some endpoint wants).
+pub async fn subscribe_all(owner: &Client) {
+    let r = owner.post("/api/webhooks", json!({ "url": receiver::dead_url() })).await;
+    assert_eq!(r.status, 201, "subscribe: {r:?}");
 }
 
 /// A client that sends `X-Service-Key` on every request.
