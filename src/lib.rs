@@ -5,6 +5,7 @@
 //! proxy (`/v1/*`, `/v1beta/*`, `/health*`).
 
 pub mod accounting;
+pub mod actions;
 pub mod api;
 pub mod auth;
 pub mod budgets;
@@ -59,6 +60,13 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     state.pool.start_maintenance();
     periods::start(state.pool.clone(), state.budgets.clone());
     changes::start(state.clone());
+    // Pending actions get their expiry timers back (and expire at once when their time
+    // passed while no process ran).
+    match state.actions.resume_pending().await {
+        Ok(n) if n > 0 => tracing::info!(pending = n, "resumed action timers"),
+        Ok(_) => {}
+        Err(e) => tracing::error!(error = %e, "could not resume pending actions"),
+    }
     instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
         .await
         .map_err(io::Error::other)?;

@@ -21,6 +21,7 @@ pub struct Inner {
     pub pool: Pool,
     pub keys: KeyValidator,
     pub budgets: BudgetService,
+    pub actions: crate::actions::ActionService,
     pub writer: AccountingWriter,
     pub rate_limits: RateLimiters,
     pub metrics: Metrics,
@@ -56,6 +57,7 @@ impl AppState {
                 ..actors::registry::RegistryConfig::default()
             },
         )?;
+        let actions = crate::actions::ActionService::start(pool.clone(), budgets.clone())?;
         let on_commit = {
             let budgets = budgets.clone();
             Box::new(move |changes: &[crate::db::cost_events::SpendChange]| budgets.spend_committed(changes))
@@ -75,6 +77,7 @@ impl AppState {
             pool,
             keys,
             budgets,
+            actions,
             writer,
             rate_limits,
             metrics,

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod actions;
 mod auth;
 mod budgets;
 mod cluster;
