@@ -259,14 +259,20 @@ async fn waiting_returns_on_a_decision_or_at_the_deadline() {
     assert_eq!(r.status, 200);
     let a = tokio::time::timeout(Duration::from_secs(30), waiter).await.expect("waiter answered").unwrap();
     assert_eq!(a["status"], "approved");
-    assert_eq!(t.agent.get(&format!("/api/actions/{id}?waitSeconds=61")).await.issue_paths(), vec![json!(["waitSeconds"])]);
+    assert_eq!(
+        t.agent.get(&format!("/api/actions/{id}?waitSeconds=61")).await.issue_paths(),
+        vec![json!(["waitSeconds"])]
+    );
 }
 
 #[tokio::test]
 async fn idempotent_create_and_report_replay() {
     let t = start().await;
     let post = |body: Value, key: &str| {
-        t.agent.request(reqwest::Method::POST, "/api/actions").header("Idempotency-Key", key.to_owned()).json(&body)
+        t.agent
+            .request(reqwest::Method::POST, "/api/actions")
+            .header("Idempotency-Key", key.to_owned())
+            .json(&body)
     };
     let first = read(post(action(json!({})), "k1").send().await.unwrap()).await;
     let again = read(post(action(json!({})), "k1").send().await.unwrap()).await;
@@ -340,8 +346,12 @@ async fn budget_increase_needs_pro_and_raises_the_limit_on_approval() {
         .await;
     assert_eq!(n, 1);
     // A second increase whose budget is deleted before approval changes nothing.
-    let again = create(&agent, action(json!({ "actionType": "budget_increase", "payload": {
-        "entityType": "api_key", "entityId": s.key_id, "requestedAmountMicrodollars": 5 } }))).await;
+    let again = create(
+        &agent,
+        action(json!({ "actionType": "budget_increase", "payload": {
+        "entityType": "api_key", "entityId": s.key_id, "requestedAmountMicrodollars": 5 } })),
+    )
+    .await;
     let bid = budget_of(&s).await["id"].as_str().unwrap().to_owned();
     assert_eq!(s.owner.delete(&format!("/api/budgets/{bid}")).await.status, 200);
     let r = s.owner.post_empty(&format!("/api/actions/{again}/approve")).await;
@@ -377,7 +387,12 @@ async fn two_instances_racing_on_one_decision_have_one_winner() {
     let t = start().await;
     let second = Server::start(&t.app.db.url, &[]);
     let other_owner = Client::new(&second.control);
-    let r = other_owner.post("/api/auth/login", json!({ "email": "owner@example.com", "password": crate::support::PASSWORD })).await;
+    let r = other_owner
+        .post(
+            "/api/auth/login",
+            json!({ "email": "owner@example.com", "password": crate::support::PASSWORD }),
+        )
+        .await;
     assert_eq!(r.status, 200);
     for round in 0..10 {
         let id = create(&t.agent, action(json!({}))).await;
@@ -389,10 +404,7 @@ async fn two_instances_racing_on_one_decision_have_one_winner() {
         assert_eq!(loser.status, 409, "{loser:?}");
         assert!(["stale_action", "invalid_action_transition"].contains(&loser.code()), "{loser:?}");
     }
-    assert_eq!(
-        t.app.outbox_count("action.approved").await + t.app.outbox_count("action.rejected").await,
-        10
-    );
+    assert_eq!(t.app.outbox_count("action.approved").await + t.app.outbox_count("action.rejected").await, 10);
     // A waiter on one instance sees a decision made on the other.
     let id = create(&t.agent, action(json!({}))).await;
     let waiter = {

@@ -45,7 +45,9 @@ fn store_error(e: DbError) -> ActionStoreError {
 impl ActionStore for DbActionStore {
     fn load(&self, id: &str) -> BoxFuture<'static, Result<Option<StoredAction>, ActionStoreError>> {
         let (pool, id) = (self.pool.clone(), id.to_owned());
-        Box::pin(async move { Ok(db::actions::load(&pool, &id).await.map_err(store_error)?.as_ref().map(stored)) })
+        Box::pin(
+            async move { Ok(db::actions::load(&pool, &id).await.map_err(store_error)?.as_ref().map(stored)) },
+        )
     }
 
     fn apply(&self, change: Change) -> BoxFuture<'static, Result<Applied, ActionStoreError>> {
@@ -99,7 +101,12 @@ impl ActionService {
         self.registry.resume(stored(row));
     }
 
-    pub async fn transition(&self, org_id: &str, id: &str, command: Command) -> Result<Transitioned, ActionError> {
+    pub async fn transition(
+        &self,
+        org_id: &str,
+        id: &str,
+        command: Command,
+    ) -> Result<Transitioned, ActionError> {
         self.registry.transition(org_id, id, command).await
     }
 
@@ -112,13 +119,17 @@ impl ActionService {
         let mut rx = self.registry.subscribe(org_id, id).await?;
         let shared = self.pool.backend() == Backend::Postgres;
         loop {
-            let next_check = if shared { deadline.min(tokio::time::Instant::now() + SHARED_REREAD) } else { deadline };
-            let decided = tokio::time::timeout_at(next_check, rx.wait_for(|s| *s != ActionStatus::Pending)).await;
+            let next_check =
+                if shared { deadline.min(tokio::time::Instant::now() + SHARED_REREAD) } else { deadline };
+            let decided =
+                tokio::time::timeout_at(next_check, rx.wait_for(|s| *s != ActionStatus::Pending)).await;
             match decided {
                 Ok(_) => return Ok(()),
                 Err(_) if tokio::time::Instant::now() >= deadline => return Ok(()),
                 Err(_) => {
-                    let row = db::actions::find(&self.pool, org_id, id).await.map_err(|e| ActionError::Unavailable(e.to_string()))?;
+                    let row = db::actions::find(&self.pool, org_id, id)
+                        .await
+                        .map_err(|e| ActionError::Unavailable(e.to_string()))?;
                     if row.is_none_or(|r| r.status != ActionStatus::Pending.as_str()) {
                         // Decided elsewhere: the local actor has nothing left to time.
                         self.registry.refresh(id);

@@ -80,47 +80,59 @@ pub async fn create_action(
         return Err(ApiError::forbidden("budget_increase actions require the Pro tier or above"));
     }
     let input = body.value;
-    idempotency::run(&state.pool, &state.instance_id, header_key, &key.key_hash, "/api/actions", &body.raw, || async {
-        if let Some(increase) = budget_entity(&input) {
-            let found = db::budgets::find_by_entity(&state.pool, &key.org_id, &increase.0, &increase.1).await?;
-            if found.is_none() {
-                return Err(ApiError::invalid_field(&["payload", "entityId"], "no budget exists for this entity"));
+    idempotency::run(
+        &state.pool,
+        &state.instance_id,
+        header_key,
+        &key.key_hash,
+        "/api/actions",
+        &body.raw,
+        || async {
+            if let Some(increase) = budget_entity(&input) {
+                let found =
+                    db::budgets::find_by_entity(&state.pool, &key.org_id, &increase.0, &increase.1).await?;
+                if found.is_none() {
+                    return Err(ApiError::invalid_field(
+                        &["payload", "entityId"],
+                        "no budget exists for this entity",
+                    ));
+                }
             }
-        }
-        let now = time::now_ms();
-        let row = ActionRow {
-            id: ids::new_id(),
-            org_id: key.org_id.clone(),
-            api_key_id: Some(key.key_id.clone()),
-            agent_id: input.agent_id,
-            action_type: input.action_type,
-            status: ActionStatus::Pending.as_str().to_owned(),
-            payload: input.payload.to_string(),
-            metadata: input.metadata.map(|m| m.to_string()),
-            result: None,
-            error_message: None,
-            environment: input.environment,
-            source_framework: input.source_framework,
-            approved_by: None,
-            rejected_by: None,
-            created_at: now,
-            approved_at: None,
-            rejected_at: None,
-            executed_at: None,
-            expires_at: expires_in.map(|s| now + s * 1_000),
-            expired_at: None,
-            updated_at: now,
-            version: 0,
-        };
-        db::actions::insert(&state.pool, &row).await?;
-        state.actions.created(&row);
-        let data = json!({
-            "id": ids::prefixed(ids::ACTION, &row.id),
-            "status": row.status,
-            "expiresAt": row.expires_at.map(time::iso),
-        });
-        Ok((StatusCode::CREATED, json!({ "data": data })))
-    })
+            let now = time::now_ms();
+            let row = ActionRow {
+                id: ids::new_id(),
+                org_id: key.org_id.clone(),
+                api_key_id: Some(key.key_id.clone()),
+                agent_id: input.agent_id,
+                action_type: input.action_type,
+                status: ActionStatus::Pending.as_str().to_owned(),
+                payload: input.payload.to_string(),
+                metadata: input.metadata.map(|m| m.to_string()),
+                result: None,
+                error_message: None,
+                environment: input.environment,
+                source_framework: input.source_framework,
+                approved_by: None,
+                rejected_by: None,
+                created_at: now,
+                approved_at: None,
+                rejected_at: None,
+                executed_at: None,
+                expires_at: expires_in.map(|s| now + s * 1_000),
+                expired_at: None,
+                updated_at: now,
+                version: 0,
+            };
+            db::actions::insert(&state.pool, &row).await?;
+            state.actions.created(&row);
+            let data = json!({
+                "id": ids::prefixed(ids::ACTION, &row.id),
+                "status": row.status,
+                "expiresAt": row.expires_at.map(time::iso),
+            });
+            Ok((StatusCode::CREATED, json!({ "data": data })))
+        },
+    )
     .await
 }
 
@@ -164,19 +176,24 @@ pub async fn list_actions(
     let mut issues = Issues::new();
     for (field, value) in [("status", query.status.as_deref()), ("statuses", query.statuses.as_deref())] {
         let Some(value) = value else { continue };
-        let list: Vec<&str> = if field == "status" { vec![value] } else { value.split(',').map(str::trim).collect() };
+        let list: Vec<&str> =
+            if field == "status" { vec![value] } else { value.split(',').map(str::trim).collect() };
         for s in list {
             if s.parse::<ActionStatus>().is_ok() {
                 statuses.push(s.to_owned());
             } else {
-                issues.push(&[field], "must be pending, approved, rejected, expired, executing, executed or failed");
+                issues.push(
+                    &[field],
+                    "must be pending, approved, rejected, expired, executing, executed or failed",
+                );
             }
         }
     }
     issues.finish()?;
     let (limit, after) =
         pagination::parse(query.limit.as_deref(), query.cursor.as_deref(), DEFAULT_PAGE_SIZE, ids::ACTION)?;
-    let rows = db::actions::list_page(&state.pool, &auth.org.id, &statuses, after.as_ref(), limit + 1).await?;
+    let rows =
+        db::actions::list_page(&state.pool, &auth.org.id, &statuses, after.as_ref(), limit + 1).await?;
     let (rows, cursor) = pagination::page(rows, limit, ids::ACTION, |a| (a.created_at, a.id.clone()));
     let data: Vec<_> = rows.iter().map(input::view).collect();
     Ok(HttpResponse::Ok().json(json!({ "data": data, "cursor": cursor })))
@@ -206,18 +223,22 @@ pub async fn get_action(
     let query = web::Query::<GetQuery>::from_query(req.query_string())
         .map_err(|_| ApiError::invalid_field(&[], "malformed query string"))?
         .into_inner();
-    let wait = match query.wait_seconds.as_deref() {
-        None => 0,
-        Some(s) => s.parse::<u64>().ok().filter(|n| *n <= MAX_WAIT_SECONDS).ok_or_else(|| {
-            ApiError::invalid_field(&["waitSeconds"], "must be an integer from 0 to 60")
-        })?,
-    };
+    let wait =
+        match query.wait_seconds.as_deref() {
+            None => 0,
+            Some(s) => s.parse::<u64>().ok().filter(|n| *n <= MAX_WAIT_SECONDS).ok_or_else(|| {
+                ApiError::invalid_field(&["waitSeconds"], "must be an integer from 0 to 60")
+            })?,
+        };
     let id = action_id(&path)?;
     let org_id = auth.org_id();
-    let mut row = db::actions::find(&state.pool, org_id, &id).await?.ok_or_else(|| ApiError::not_found("Action"))?;
+    let mut row =
+        db::actions::find(&state.pool, org_id, &id).await?.ok_or_else(|| ApiError::not_found("Action"))?;
     if wait > 0 && row.status == ActionStatus::Pending.as_str() {
         state.actions.wait_decided(org_id, &id, Duration::from_secs(wait)).await.map_err(action_error)?;
-        row = db::actions::find(&state.pool, org_id, &id).await?.ok_or_else(|| ApiError::not_found("Action"))?;
+        row = db::actions::find(&state.pool, org_id, &id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("Action"))?;
     }
     Ok(HttpResponse::Ok().json(json!({ "data": input::view(&row) })))
 }
@@ -271,7 +292,12 @@ pub async fn reject_action(
     decide(&state, &auth, &path, false).await
 }
 
-async fn decide(state: &AppState, auth: &SessionAuth, raw_id: &str, approve: bool) -> Result<HttpResponse, ApiError> {
+async fn decide(
+    state: &AppState,
+    auth: &SessionAuth,
+    raw_id: &str,
+    approve: bool,
+) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Member)?;
     let id = action_id(raw_id)?;
     let by = auth.user.id.clone();

@@ -115,7 +115,10 @@ pub fn validate_create(body: &CreateActionBody, issues: &mut Issues) -> Option<i
         Some(None) => None,
         Some(Some(s)) => {
             if !(0..=MAX_EXPIRES_IN_SECONDS).contains(&s) {
-                issues.push(&["expiresInSeconds"], format!("must be an integer from 0 to {MAX_EXPIRES_IN_SECONDS}"));
+                issues.push(
+                    &["expiresInSeconds"],
+                    format!("must be an integer from 0 to {MAX_EXPIRES_IN_SECONDS}"),
+                );
             }
             Some(s.clamp(0, MAX_EFFECTIVE_EXPIRES_IN_SECONDS))
         }
@@ -270,7 +273,8 @@ mod tests {
             serde_json::from_value(v).unwrap()
         };
         let plain: CreateActionBody =
-            serde_json::from_value(json!({ "agentId": "a", "actionType": "send_email", "payload": {} })).unwrap();
+            serde_json::from_value(json!({ "agentId": "a", "actionType": "send_email", "payload": {} }))
+                .unwrap();
         let mut issues = Issues::new();
         assert_eq!(validate_create(&plain, &mut issues), Some(3_600));
         assert_eq!(validate_create(&body(json!(null)), &mut issues), None);

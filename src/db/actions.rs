@@ -29,7 +29,7 @@ macro_rules! enqueue {
 #[derive(Debug)]
 pub enum Applied {
     /// Written; the new row, and the budget whose limit an approval raised.
-    Done(ActionRow, Option<EntityRef>),
+    Done(Box<ActionRow>, Option<EntityRef>),
     /// The row's version moved since the change was decided: nothing written.
     Stale,
     /// The budget an approved increase names no longer exists: nothing written.
@@ -185,7 +185,8 @@ pub async fn apply(pool: &Pool, change: &Change) -> DbResult<Applied> {
                 // is gone.
                 let Some(budget) = budget else { return Err(DbError::NotFound) };
                 let previous = budget.max_budget_microdollars;
-                let new_limit = previous.saturating_add(increase.amount).min(MAX_BUDGET_MICRODOLLARS).max(previous);
+                let new_limit =
+                    previous.saturating_add(increase.amount).min(MAX_BUDGET_MICRODOLLARS).max(previous);
                 let n = diesel::update(
                     budgets::table
                         .filter(budgets::id.eq(&budget.id))
@@ -216,7 +217,7 @@ pub async fn apply(pool: &Pool, change: &Change) -> DbResult<Applied> {
                 });
             }
         }
-        Ok(Applied::Done(updated, raised))
+        Ok(Applied::Done(Box::new(updated), raised))
     });
     match outcome {
         Err(DbError::NotFound) => Ok(Applied::NoBudget),

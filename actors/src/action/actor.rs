@@ -92,7 +92,12 @@ pub struct ActionActor {
 }
 
 impl ActionActor {
-    pub fn new(state: StoredAction, store: Arc<dyn ActionStore>, clock: Clock, on_stop: Box<dyn FnOnce()>) -> Self {
+    pub fn new(
+        state: StoredAction,
+        store: Arc<dyn ActionStore>,
+        clock: Clock,
+        on_stop: Box<dyn FnOnce()>,
+    ) -> Self {
         let (status, _) = watch::channel(state.status);
         Self { state, store, clock, status, timer: None, on_stop: Some(on_stop) }
     }
@@ -169,7 +174,8 @@ async fn run(
         Err(TransitionError::Expired) if current.status == ActionStatus::Pending => {
             // Past its expiry but the timer has not fired yet: expire it now, so that
             // storage, events and waiters agree with the answer.
-            let change = Change { before: current.clone(), command: Command::Expire, to: ActionStatus::Expired, now };
+            let change =
+                Change { before: current.clone(), command: Command::Expire, to: ActionStatus::Expired, now };
             let latest = match store.apply(change).await {
                 Ok(Applied::Done(state)) => Some(state),
                 _ => store.load(&id).await.ok().flatten(),

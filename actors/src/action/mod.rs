@@ -83,9 +83,13 @@ pub struct Report {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     /// A person approves; `by` is their user id.
-    Approve { by: String },
+    Approve {
+        by: String,
+    },
     /// A person rejects; `by` is their user id.
-    Reject { by: String },
+    Reject {
+        by: String,
+    },
     /// The expiry timer fired.
     Expire,
     Report(Report),

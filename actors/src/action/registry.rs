@@ -91,7 +91,12 @@ impl ActionRegistry {
     }
 
     /// Moves action `id` of `org_id` by `command`, in its actor's mailbox.
-    pub async fn transition(&self, org_id: &str, id: &str, command: Command) -> Result<Transitioned, ActionError> {
+    pub async fn transition(
+        &self,
+        org_id: &str,
+        id: &str,
+        command: Command,
+    ) -> Result<Transitioned, ActionError> {
         for _ in 0..MAX_ATTEMPTS {
             let addr = self.addr(id).await?;
             let msg = Transition { org_id: org_id.to_owned(), command: command.clone() };
@@ -105,7 +110,11 @@ impl ActionRegistry {
 
     /// The status of action `id` of `org_id` as it changes. A settled action needs no
     /// actor: its receiver simply holds the final status.
-    pub async fn subscribe(&self, org_id: &str, id: &str) -> Result<watch::Receiver<ActionStatus>, ActionError> {
+    pub async fn subscribe(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> Result<watch::Receiver<ActionStatus>, ActionError> {
         for _ in 0..MAX_ATTEMPTS {
             let addr = match self.live_addr(id) {
                 Some(addr) => addr,
