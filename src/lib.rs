@@ -60,13 +60,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     state.pool.start_maintenance();
     periods::start(state.pool.clone(), state.budgets.clone());
     changes::start(state.clone());
-    // Pending actions get their expiry timers back (and expire at once when their time
-    // passed while no process ran).
-    match state.actions.resume_pending().await {
-        Ok(n) if n > 0 => tracing::info!(pending = n, "resumed action timers"),
-        Ok(_) => {}
-        Err(e) => tracing::error!(error = %e, "could not resume pending actions"),
-    }
+    state.actions.resume_pending_until_done();
     instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
         .await
         .map_err(io::Error::other)?;

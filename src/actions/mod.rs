@@ -20,6 +20,8 @@ use crate::util::time;
 /// With several instances on one database another one may decide an action: a waiter
 /// re-reads the row this often besides listening to the local actor.
 const SHARED_REREAD: Duration = Duration::from_secs(1);
+/// How often startup tries again to resume pending actions while the database fails.
+const RESUME_RETRY: Duration = Duration::from_secs(1);
 
 /// The state an actor needs, from a row.
 pub fn stored(row: &ActionRow) -> StoredAction {
@@ -94,6 +96,25 @@ impl ActionService {
             self.registry.resume(stored(row));
         }
         Ok(rows.len())
+    }
+
+    /// Runs [`Self::resume_pending`] in the background, retrying every second until the
+    /// database answers: a process that started while it was away still expires its
+    /// actions.
+    pub fn resume_pending_until_done(&self) {
+        let service = self.clone();
+        tokio::spawn(async move {
+            loop {
+                match service.resume_pending().await {
+                    Ok(n) => {
+                        tracing::info!(pending = n, "resumed action timers");
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not resume pending actions; retrying"),
+                }
+                tokio::time::sleep(RESUME_RETRY).await;
+            }
+        });
     }
 
     /// A new pending action: its actor starts now when it can expire.
