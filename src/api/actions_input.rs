@@ -39,7 +39,11 @@ const BUDGET_ENTITY_TYPES: [&str; 4] = ["user", "api_key", "tag", "customer"];
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateActionBody {
+    #[schema(min_length = 1, max_length = 255)]
     pub agent_id: String,
+    #[schema(
+        pattern = "^(send_email|http_post|http_delete|shell_command|db_write|file_write|file_delete|budget_increase)$"
+    )]
     pub action_type: String,
     #[schema(value_type = Object)]
     pub payload: Value,
@@ -48,11 +52,13 @@ pub struct CreateActionBody {
     pub metadata: Option<Value>,
     /// Absent: 3,600. `null`: no expiry. 0 to 2,592,000; above 604,800 clamped to it.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<i64>)]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 2_592_000)]
     pub expires_in_seconds: Option<Option<i64>>,
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 100)]
     pub environment: Option<String>,
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 100)]
     pub source_framework: Option<String>,
 }
 
@@ -61,11 +67,14 @@ pub struct CreateActionBody {
 #[serde(rename_all = "camelCase")]
 pub struct ResultBody {
     /// `executing`, `executed` or `failed`.
+    #[schema(pattern = "^(executing|executed|failed)$")]
     pub status: String,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
+    /// Required when `failed`; not allowed otherwise.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 4_000)]
     pub error_message: Option<String>,
 }
 
