@@ -417,3 +417,46 @@ async fn two_instances_racing_on_one_decision_have_one_winner() {
     let a = tokio::time::timeout(Duration::from_secs(30), waiter).await.expect("waiter answered").unwrap();
     assert_eq!(a["status"], "approved");
 }
+
+#[tokio::test]
+async fn an_approved_increase_reaches_the_budget_actor_of_every_instance() {
+    if !backend_is_postgres() {
+        return; // One process owns a SQLite file: there is no other instance.
+    }
+    let s = setup().await;
+    let org = s.owner.get("/api/auth/session").await.body["data"]["org"]["name"].as_str().unwrap().to_owned();
+    let (ok, out) = s.app.cli(&["org", "set-plan", "--org", &org, "--plan", "pro"]);
+    assert!(ok, "{out}");
+    s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 1 })).await;
+    let second = Server::start(&s.app.db.url, &s.app.extra_env);
+    let chat_on_second = || async {
+        let r = crate::support::Client::new(&second.proxy)
+            .request(reqwest::Method::POST, "/v1/chat/completions")
+            .header("x-service-key", &s.raw)
+            .json(&openai(json!({})))
+            .send()
+            .await
+            .unwrap();
+        read(r).await
+    };
+    let refused = chat_on_second().await;
+    assert_eq!((refused.status, refused.code()), (429, "budget_exceeded"), "{refused:?}");
+    let agent = key_client(&s.app.server.control, &s.raw);
+    let id = create(
+        &agent,
+        action(json!({ "actionType": "budget_increase", "payload": {
+        "entityType": "api_key", "entityId": s.key_id, "requestedAmountMicrodollars": 1_000_000 } })),
+    )
+    .await;
+    assert_eq!(s.owner.post_empty(&format!("/api/actions/{id}/approve")).await.status, 200);
+    // The second instance learns of the new limit from the budget change feed.
+    let mut last = chat_on_second().await;
+    for _ in 0..100 {
+        if last.status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        last = chat_on_second().await;
+    }
+    assert_eq!(last.status, 200, "{last:?}");
+}
