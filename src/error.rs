@@ -41,6 +41,9 @@ pub enum ErrorCode {
     LimitExceeded,
     Conflict,
     IdempotencyConflict,
+    InvalidActionTransition,
+    ActionExpired,
+    StaleAction,
     InvalidIdempotencyKey,
     IdempotencyUnavailable,
     RateLimitExceeded,
@@ -87,9 +90,13 @@ impl ErrorCode {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::LimitExceeded | Self::Conflict | Self::IdempotencyConflict | Self::BindingInactive => {
-                StatusCode::CONFLICT
-            }
+            Self::LimitExceeded
+            | Self::Conflict
+            | Self::IdempotencyConflict
+            | Self::BindingInactive
+            | Self::InvalidActionTransition
+            | Self::ActionExpired
+            | Self::StaleAction => StatusCode::CONFLICT,
             Self::RateLimitExceeded
             | Self::BudgetExceeded
             | Self::TagBudgetExceeded

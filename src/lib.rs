@@ -5,6 +5,7 @@
 //! proxy (`/v1/*`, `/v1beta/*`, `/health*`).
 
 pub mod accounting;
+pub mod actions;
 pub mod api;
 pub mod auth;
 pub mod budgets;
@@ -64,6 +65,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     periods::start(state.pool.clone(), state.outbox.clone(), state.budgets.clone());
     webhooks::start(state.clone());
     changes::start(state.clone());
+    state.actions.resume_pending_until_done();
     instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
         .await
         .map_err(io::Error::other)?;

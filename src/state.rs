@@ -21,6 +21,7 @@ pub struct Inner {
     pub pool: Pool,
     pub keys: KeyValidator,
     pub budgets: BudgetService,
+    pub actions: crate::actions::ActionService,
     pub writer: AccountingWriter,
     pub rate_limits: RateLimiters,
     /// Webhook subscriptions (what the outbox keeps) and the endpoint actors' wake-up.
@@ -63,6 +64,7 @@ impl AppState {
                 ..actors::registry::RegistryConfig::default()
             },
         )?;
+        let actions = crate::actions::ActionService::start(pool.clone(), outbox.clone(), budgets.clone())?;
         let on_commit = {
             let budgets = budgets.clone();
             Box::new(move |changes: &[crate::db::cost_events::SpendChange], settled| {
@@ -87,6 +89,7 @@ impl AppState {
             pool,
             keys,
             budgets,
+            actions,
             writer,
             rate_limits,
             outbox,

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod actions;
 mod admission;
 mod auth;
 mod budgets;

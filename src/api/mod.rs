@@ -1,5 +1,7 @@
 //! The control plane: `/api/*` JSON endpoints, one module per resource family.
 
+pub mod actions;
+pub mod actions_input;
 pub mod audit;
 pub mod auth;
 pub mod budgets;
@@ -79,6 +81,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/api")
             .configure(health::configure)
+            .configure(actions::configure)
             .configure(auth::configure)
             .configure(orgs::configure)
             .configure(keys::configure)

@@ -10,6 +10,7 @@
 //! two deferred transactions. Readers use their own small pool (WAL lets them run
 //! beside the writer).
 
+pub mod actions;
 pub mod audit;
 pub mod bindings;
 pub mod budgets;

@@ -282,3 +282,49 @@ pub struct WebhookDelivery {
     pub last_error: Option<String>,
     pub created_at: i64,
 }
+
+/// An action (`svc_act_…` on the wire). JSON columns (`payload`, `metadata`, `result`)
+/// hold serialized objects; user ids are bare.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = actions, treat_none_as_default_value = false)]
+pub struct ActionRow {
+    pub id: String,
+    pub org_id: String,
+    pub api_key_id: Option<String>,
+    pub agent_id: String,
+    pub action_type: String,
+    pub status: String,
+    pub payload: String,
+    pub metadata: Option<String>,
+    pub result: Option<String>,
+    pub error_message: Option<String>,
+    pub environment: Option<String>,
+    pub source_framework: Option<String>,
+    pub approved_by: Option<String>,
+    pub rejected_by: Option<String>,
+    pub created_at: i64,
+    pub approved_at: Option<i64>,
+    pub rejected_at: Option<i64>,
+    pub executed_at: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub expired_at: Option<i64>,
+    pub updated_at: i64,
+    pub version: i64,
+}
+
+/// The columns one transition writes.
+#[derive(Debug, Clone, AsChangeset)]
+#[diesel(table_name = actions, treat_none_as_null = true)]
+pub struct ActionUpdate {
+    pub status: String,
+    pub version: i64,
+    pub updated_at: i64,
+    pub approved_at: Option<i64>,
+    pub approved_by: Option<String>,
+    pub rejected_at: Option<i64>,
+    pub rejected_by: Option<String>,
+    pub executed_at: Option<i64>,
+    pub expired_at: Option<i64>,
+    pub result: Option<String>,
+    pub error_message: Option<String>,
+}

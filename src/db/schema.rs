@@ -385,6 +385,33 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    actions (id) {
+        id -> Text,
+        org_id -> Text,
+        api_key_id -> Nullable<Text>,
+        agent_id -> Text,
+        action_type -> Text,
+        status -> Text,
+        payload -> Text,
+        metadata -> Nullable<Text>,
+        result -> Nullable<Text>,
+        error_message -> Nullable<Text>,
+        environment -> Nullable<Text>,
+        source_framework -> Nullable<Text>,
+        approved_by -> Nullable<Text>,
+        rejected_by -> Nullable<Text>,
+        created_at -> BigInt,
+        approved_at -> Nullable<BigInt>,
+        rejected_at -> Nullable<BigInt>,
+        executed_at -> Nullable<BigInt>,
+        expires_at -> Nullable<BigInt>,
+        expired_at -> Nullable<BigInt>,
+        updated_at -> BigInt,
+        version -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     users,
     organizations,
@@ -414,4 +441,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     customer_mappings,
     margin_tiers,
     sync_leases,
+    actions,
 );

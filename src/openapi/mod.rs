@@ -66,6 +66,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         crate::api::orgs::ApiDoc::openapi(),
         crate::api::keys::ApiDoc::openapi(),
         crate::api::audit::ApiDoc::openapi(),
+        crate::api::actions::ApiDoc::openapi(),
         crate::api::budgets::ApiDoc::openapi(),
         crate::api::cost_events::ApiDoc::openapi(),
         crate::api::cost_events_ingest::ApiDoc::openapi(),

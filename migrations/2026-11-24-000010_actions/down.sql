@@ -1,0 +1,2 @@
+DROP INDEX cost_events_action;
+DROP TABLE actions;
