@@ -14,43 +14,13 @@
 //! Run: `cargo bench --bench webhooks` (env `WEBHOOK_EVENTS`, default 10000).
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde_json::{json, Value};
 
-struct Server(std::process::Child, String);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(db_url: &str) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spendgate"))
-        .arg("serve")
-        .env("SPENDGATE_DATABASE_URL", db_url)
-        .env("SPENDGATE_CONTROL_ADDR", "127.0.0.1:0")
-        .env("SPENDGATE_PROXY_ADDR", "127.0.0.1:0")
-        .env("SPENDGATE_DEV", "1")
-        .env("SPENDGATE_DEFAULT_PLAN", "enterprise")
-        .env("SPENDGATE_RATE_LIMIT_KEY_PER_MINUTE", "0")
-        .env("SPENDGATE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn spendgate");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("ready line");
-    let control =
-        line.split_whitespace().find_map(|p| p.strip_prefix("control=")).expect("control address").to_owned();
-    Server(child, control)
-}
+mod support;
 
 type Seen = Arc<Mutex<HashSet<String>>>;
 
@@ -93,8 +63,8 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
 }
 
 async fn run(label: &str, db_url: &str, events: usize) {
-    let server = start(db_url);
-    let base = server.1.clone();
+    let server = support::start(db_url, &[], "WEBHOOK_BENCH_LOG");
+    let base = server.control.clone();
     let http = reqwest::Client::builder().cookie_store(true).build().unwrap();
     let r = http
         .post(format!("{base}/api/auth/signup"))
@@ -124,7 +94,7 @@ async fn run(label: &str, db_url: &str, events: usize) {
         .await
         .unwrap();
     let raw = key["data"]["rawKey"].as_str().unwrap().to_owned();
-    let rss_before = rss_kib(server.0.id(), "VmRSS:");
+    let rss_before = rss_kib(server.pid(), "VmRSS:");
 
     let started = Instant::now();
     for batch in 0..events.div_ceil(100) {
@@ -146,7 +116,7 @@ async fn run(label: &str, db_url: &str, events: usize) {
     let ingested = started.elapsed();
     let mut peak_rss = 0;
     loop {
-        peak_rss = peak_rss.max(rss_kib(server.0.id(), "VmRSS:"));
+        peak_rss = peak_rss.max(rss_kib(server.pid(), "VmRSS:"));
         let least = receivers.iter().map(|s| s.lock().unwrap().len()).min().unwrap_or(0);
         if least >= events {
             break;
@@ -167,7 +137,7 @@ async fn run(label: &str, db_url: &str, events: usize) {
         delivered as f64 / all.as_secs_f64(),
         rss_before / 1024,
         peak_rss / 1024,
-        rss_kib(server.0.id(), "VmHWM:") / 1024,
+        rss_kib(server.pid(), "VmHWM:") / 1024,
     );
 }
 

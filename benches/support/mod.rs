@@ -14,6 +14,12 @@ pub struct Server {
     pub proxy: String,
 }
 
+impl Server {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -22,7 +28,7 @@ impl Drop for Server {
 }
 
 /// Starts `spendgate serve` on `db_url` with `env` over the benchmark defaults (dev
-/// mode, enterprise plan, no key rate limit); `log_var` names the env var that sets
+/// mode, enterprise plan, no rate limits); `log_var` names the env var that sets
 /// its log filter.
 pub fn start(db_url: &str, env: &[(&str, &str)], log_var: &str) -> Server {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_spendgate"));
@@ -32,6 +38,7 @@ pub fn start(db_url: &str, env: &[(&str, &str)], log_var: &str) -> Server {
         .env("SPENDGATE_PROXY_ADDR", "127.0.0.1:0")
         .env("SPENDGATE_DEV", "1")
         .env("SPENDGATE_DEFAULT_PLAN", "enterprise")
+        .env("SPENDGATE_RATE_LIMIT_IP_PER_MINUTE", "0")
         .env("SPENDGATE_RATE_LIMIT_KEY_PER_MINUTE", "0")
         .env("SPENDGATE_LOG", std::env::var(log_var).unwrap_or_else(|_| "warn".to_owned()))
         .stdout(Stdio::piped());

@@ -50,6 +50,25 @@ fn customer_key(key: &KeyIdentity, customer: &str) -> EntityKey {
     EntityKey::new(key.org_id.clone(), EntityType::Customer, customer.to_owned())
 }
 
+/// The idempotency scope of bind and gate: replays carry `Idempotent-Replayed`.
+fn scope<'a>(
+    state: &'a AppState,
+    key: &'a KeyIdentity,
+    idempotency_key: Option<String>,
+    route: &'a str,
+    body: &'a [u8],
+) -> Scope<'a> {
+    Scope {
+        pool: &state.pool,
+        instance: &state.instance_id,
+        key: idempotency_key,
+        key_hash: &key.key_hash,
+        route,
+        body,
+        replay_header: REPLAYED,
+    }
+}
+
 /// `POST /v1/bind`.
 pub async fn bind(
     req: HttpRequest,
@@ -63,15 +82,7 @@ pub async fn bind(
     if !customers::allowed(&key, &bind.customer_id) {
         return Err(not_allowed());
     }
-    let scope = Scope {
-        pool: &state.pool,
-        instance: &state.instance_id,
-        key: idempotency_key,
-        key_hash: &key.key_hash,
-        route: "/v1/bind",
-        body: &body.raw,
-        replay_header: REPLAYED,
-    };
+    let scope = scope(&state, &key, idempotency_key, "/v1/bind", &body.raw);
     let (response, _) = idempotency::run_in(scope, || async {
         let now = time::now_ms();
         let row = CustomerBinding {
@@ -147,15 +158,7 @@ pub async fn gate(
     let decision_id = format!("dec_{}", uuid::Uuid::now_v7());
     let request_id = idempotency_key.clone().unwrap_or_else(|| decision_id.clone());
     let deferred = Deferred::default();
-    let scope = Scope {
-        pool: &state.pool,
-        instance: &state.instance_id,
-        key: idempotency_key,
-        key_hash: &key.key_hash,
-        route: "/v1/gate",
-        body: &body.raw,
-        replay_header: REPLAYED,
-    };
+    let scope = scope(&state, &key, idempotency_key, "/v1/gate", &body.raw);
     let ctx =
         GateContext { state: &state, key: &key, gate: &gate, request_id: &request_id, defer: &deferred };
     let (response, ran) =
