@@ -9,7 +9,7 @@ use diesel_async::RunQueryDsl;
 use crate::db::budgets::note_change;
 use crate::db::exact_sum::{self, SumParts};
 use crate::db::models::{Budget, CustomerBinding};
-use crate::db::schema::{budget_changes, budgets, cost_events, customer_bindings};
+use crate::db::schema::{budget_changes, budgets, cost_events, customer_bindings, organizations};
 use crate::db::{DbResult, Pool};
 use crate::{with_conn, with_tx};
 
@@ -32,6 +32,12 @@ pub enum Bound {
 /// create when the customer has none; an existing one keeps its other settings.
 pub async fn bind(pool: &Pool, row: CustomerBinding, budget: Budget) -> DbResult<Bound> {
     with_tx!(pool, |conn| {
+        // Write first: the transaction takes the write lock before it reads (on SQLite a
+        // read that later writes fails at once if another process wrote in between).
+        diesel::update(organizations::table.find(&row.org_id))
+            .set(organizations::updated_at.eq(organizations::updated_at))
+            .execute(conn)
+            .await?;
         let existing: Option<CustomerBinding> = customer_bindings::table
             .filter(customer_bindings::org_id.eq(&row.org_id))
             .filter(customer_bindings::customer_id.eq(&row.customer_id))
