@@ -165,6 +165,9 @@ pub fn admission_error(entity: &EntityKey, error: &RegistryError) -> ApiError {
     }
 }
 
+/// Threshold percentages of a budget that names none (events at each crossing).
+pub const DEFAULT_THRESHOLDS: [i64; 4] = [50, 80, 90, 95];
+
 /// Handle to the budget actors.
 #[derive(Clone)]
 pub struct BudgetService {

@@ -54,6 +54,8 @@ pub struct Config {
     /// once; further calls wait in admission, so memory stays bounded when the proxy
     /// outpaces the accounting writer.
     pub max_unsettled_calls: usize,
+    /// Pending actions one organization may hold (each is a live actor with a timer).
+    pub max_pending_actions: i64,
     pub actor_idle_timeout: Duration,
     pub actor_restart_backoff: Duration,
     pub session_ttl: Duration,
@@ -164,6 +166,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
         "a reservation (or a proxied call waiting for room) is answered 503 after waiting this long (default 5000)",
     ),
     ("max_waiting_reservations", "reservations waiting for one budget before 503 (default 10000)"),
+    ("max_pending_actions", "pending actions per organization; more are 409 limit_exceeded (default 10000)"),
     (
         "max_unsettled_calls",
         "proxied calls admitted and not yet recorded; more wait in admission (default 2048)",
@@ -299,6 +302,7 @@ impl Config {
             admission_deadline: Duration::from_millis(r.number("admission_deadline_ms", 5_000)?),
             max_waiting_reservations: r.positive("max_waiting_reservations", 10_000)?,
             max_unsettled_calls: r.positive("max_unsettled_calls", 2_048)?,
+            max_pending_actions: r.positive("max_pending_actions", 10_000)?,
             actor_idle_timeout: Duration::from_secs(r.positive("actor_idle_timeout_secs", 600)?),
             actor_restart_backoff: Duration::from_millis(r.positive("actor_restart_backoff_ms", 100)?),
             session_ttl: Duration::from_secs(3600 * r.positive::<u64>("session_ttl_hours", 168)?),

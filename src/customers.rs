@@ -75,8 +75,8 @@ fn fail(code: ErrorCode, message: &str) -> ApiError {
 }
 
 /// `customerId`: required, `[a-zA-Z0-9._:-]`, 1-256 characters.
-pub fn customer_id(raw: Option<&Value>) -> Result<String, ApiError> {
-    match raw.and_then(Value::as_str) {
+pub fn customer_id(raw: Option<&str>) -> Result<String, ApiError> {
+    match raw {
         Some(id) if is_customer_id(id) => Ok(id.to_owned()),
         _ => Err(fail(
             ErrorCode::InvalidCustomerId,
@@ -102,7 +102,7 @@ pub fn parse_bind(body: &Value) -> Result<BindRequest, ApiError> {
     if body.contains_key("customer_data") || body.contains_key("customerData") {
         return Err(fail(ErrorCode::CustomerDataUnsupported, "Customer data is not accepted on bind"));
     }
-    let customer_id = customer_id(body.get("customerId"))?;
+    let customer_id = customer_id(body.get("customerId").and_then(Value::as_str))?;
     let plan_ref = match body.get("planRef").and_then(Value::as_str) {
         Some(p) if !p.is_empty() && p.chars().count() <= MAX_PLAN_REF_CHARS => p.to_owned(),
         _ => return Err(fail(ErrorCode::InvalidPlanRef, "planRef is required, 1 to 256 characters")),
@@ -125,7 +125,7 @@ pub fn parse_bind(body: &Value) -> Result<BindRequest, ApiError> {
 
 pub fn parse_gate(body: &Value) -> Result<GateRequest, ApiError> {
     let body = object(body)?;
-    let customer_id = customer_id(body.get("customerId"))?;
+    let customer_id = customer_id(body.get("customerId").and_then(Value::as_str))?;
     let estimate = integer(body.get("estimatedCostMicrodollars"))
         .filter(|e| (1..=MAX_ESTIMATE).contains(e))
         .ok_or_else(|| {

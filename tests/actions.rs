@@ -462,3 +462,24 @@ async fn an_approved_increase_reaches_the_budget_actor_of_every_instance() {
     }
     assert_eq!(last.status, 200, "{last:?}");
 }
+
+/// Every pending action is a live actor with a timer: an organization holds at most
+/// `max_pending_actions` of them; past that, create is 409 and writes nothing, and
+/// deciding one makes room again.
+#[tokio::test]
+async fn pending_actions_are_bounded_per_organization() {
+    let app = TestApp::start_with(&[("SPENDGATE_MAX_PENDING_ACTIONS", "2".to_owned())]).await;
+    let owner = app.owner().await;
+    crate::support::subscribe_all(&owner).await;
+    let (_, raw) = create_key(&owner, "agent").await;
+    let agent = key_client(&app.server.control, &raw);
+    let first = create(&agent, action(json!({}))).await;
+    create(&agent, action(json!({}))).await;
+    let r = agent.post("/api/actions", action(json!({}))).await;
+    assert_eq!((r.status, r.code()), (409, "limit_exceeded"), "{r:?}");
+    assert_eq!(app.query_n("SELECT COUNT(*) AS n FROM actions").await, 2, "nothing written");
+    assert_eq!(app.outbox_count("action.created").await, 2);
+    let r = owner.post_empty(&format!("/api/actions/{first}/reject")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    create(&agent, action(json!({}))).await;
+}

@@ -62,7 +62,7 @@ fn action_error(e: ActionError) -> ApiError {
     responses((status = 201, description = "`{ data: { id, status: pending, expiresAt } }`"),
         (status = 400, description = "validation_error, invalid_json or invalid_idempotency_key"),
         (status = 403, description = "forbidden: budget_increase on the Free tier"),
-        (status = 409, description = "idempotency_conflict"),
+        (status = 409, description = "idempotency_conflict, or limit_exceeded: max_pending_actions pending already"),
         (status = 503, description = "request_in_progress, idempotency_unavailable or service_unavailable")))]
 #[post("/actions")]
 pub async fn create_action(
@@ -123,7 +123,13 @@ pub async fn create_action(
                 updated_at: now,
                 version: 0,
             };
-            db::actions::insert(&state.pool, &state.outbox, &row).await?;
+            let max_pending = state.config.max_pending_actions;
+            if !db::actions::insert(&state.pool, &state.outbox, &row, max_pending).await? {
+                return Err(ApiError::new(
+                    ErrorCode::LimitExceeded,
+                    format!("The organization already has {max_pending} pending actions; decide or let some expire"),
+                ));
+            }
             state.actions.created(&row);
             let data = json!({
                 "id": ids::prefixed(ids::ACTION, &row.id),

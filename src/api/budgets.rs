@@ -35,7 +35,7 @@ pub const WRITE_ROLE: Role = Role::Admin;
 /// Alert thresholds of a budget created without `thresholdPercentages`: a warning at
 /// half the budget, another at 80%, and critical alerts at 90% and 95% — the last
 /// one still leaves room to act before `budget.exceeded` at 100%.
-pub const DEFAULT_THRESHOLDS: [i64; 4] = [50, 80, 90, 95];
+pub use crate::budgets::DEFAULT_THRESHOLDS;
 pub const MAX_THRESHOLDS: usize = 10;
 /// Velocity window and cooldown bounds, also used for the loop window (spec Limits).
 pub const MIN_WINDOW_SECONDS: i64 = 10;

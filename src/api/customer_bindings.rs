@@ -50,7 +50,7 @@ pub async fn set_binding_status(
         "reactivate" => ACTIVE,
         _ => return Err(ApiError::not_found("Transition")),
     };
-    let customer = customers::customer_id(Some(&serde_json::Value::String(customer)))?;
+    let customer = customers::customer_id(Some(&customer))?;
     let row = bindings::set_status(&state.pool, &auth.org.id, &customer, status, time::now_ms())
         .await?
         .ok_or_else(|| ApiError::not_found("Binding"))?;

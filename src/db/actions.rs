@@ -38,12 +38,25 @@ pub enum Applied {
     NoBudget,
 }
 
-/// Inserts a new pending action and its `action.created` event.
-pub async fn insert(pool: &Pool, outbox: &Outbox, row: &ActionRow) -> DbResult<()> {
+/// Inserts a new pending action and its `action.created` event; `false` (nothing
+/// written) when the organization would hold more than `max_pending` pending actions.
+pub async fn insert(pool: &Pool, outbox: &Outbox, row: &ActionRow, max_pending: i64) -> DbResult<bool> {
     with_tx!(pool, |conn| {
+        // The insert takes the write lock first, so concurrent creates count in turn.
         diesel::insert_into(actions::table).values(row).execute(conn).await?;
+        let pending: i64 = actions::table
+            .filter(actions::org_id.eq(&row.org_id))
+            .filter(actions::status.eq(ActionStatus::Pending.as_str()))
+            .count()
+            .get_result(conn)
+            .await?;
+        if pending > max_pending {
+            // Nothing of this action may stay; the caller answers 409.
+            diesel::delete(actions::table.find(&row.id)).execute(conn).await?;
+            return Ok(false);
+        }
         enqueue!(conn, outbox, &row.org_id, "action.created", events::created(row), row.created_at);
-        Ok(())
+        Ok(true)
     })
 }
 

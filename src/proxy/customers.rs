@@ -128,7 +128,7 @@ fn customer_budget(org_id: &str, customer: &str, cap: i64, now: i64) -> Budget {
         policy: "strict_block".to_owned(),
         reset_interval: None,
         current_period_start: None,
-        threshold_percentages: "[50,80,90,95]".to_owned(),
+        threshold_percentages: serde_json::to_string(&crate::budgets::DEFAULT_THRESHOLDS).unwrap_or_default(),
         velocity_limit_microdollars: None,
         velocity_window_seconds: None,
         velocity_cooldown_seconds: None,
@@ -348,7 +348,7 @@ pub async fn unit_economics(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let key = authenticate(&req, &state).await?;
-    let customer_id = customers::customer_id(Some(&Value::String(path.into_inner())))?;
+    let customer_id = customers::customer_id(Some(&path.into_inner()))?;
     let hidden = || ApiError::not_found("Customer");
     if !customers::allowed(&key, &customer_id) {
         return Err(hidden());
