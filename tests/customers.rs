@@ -298,3 +298,98 @@ async fn unit_economics_shows_the_binding_and_hides_other_customers() {
     let theirs = key_client(&s.app.proxy().base, &raw);
     assert_error(&theirs.get("/v1/customers/acme/unit-economics").await, 404, "not_found");
 }
+
+fn refund_body(cost: i64) -> Value {
+    json!({ "provider": "gate", "model": "refund", "inputTokens": 0, "outputTokens": 0, "costMicrodollars": cost })
+}
+
+async fn customer_spend(s: &Setup, customer: &str) -> i64 {
+    let ue = s.proxy.get(&format!("/v1/customers/{customer}/unit-economics")).await;
+    ue.body["budget"]["spendMicrodollars"].as_i64().unwrap()
+}
+
+/// A refund gives back an earlier gate charge of the same request and key, at most
+/// what was charged, once; everything else leaves spend and events as they were.
+#[tokio::test]
+async fn refunds_give_back_only_a_gate_charge_of_the_same_request() {
+    let s = setup_with(&[]).await;
+    let ingest = key_client(&s.app.control().base, &s.raw_key);
+    assert_eq!(s.proxy.post("/v1/bind", bind_body("acme", 100)).await.status, 200);
+    let charge = send_keyed(&s.proxy, "/v1/gate", "g-1", &gate_body("acme", 60, true)).await;
+    assert_eq!(charge.body["remaining"], 40, "{charge:?}");
+
+    let (_, other_raw) = create_key(&s.owner, "other").await;
+    let other = key_client(&s.app.control().base, &other_raw);
+    let mut batch_refund = refund_body(-10);
+    batch_refund["idempotencyKey"] = json!("g-1");
+    let mut too_much = refund_body(-61);
+    too_much["idempotencyKey"] = json!("g-1");
+    let mut not_gate = refund_body(-10);
+    not_gate["provider"] = json!("openai");
+    not_gate["idempotencyKey"] = json!("g-1");
+    let refused = [
+        ingest.post("/api/cost-events", refund_body(-10)).await,
+        send_keyed(&ingest, "/api/cost-events", "g-unknown", &refund_body(-10)).await,
+        ingest.post("/api/cost-events", too_much).await,
+        send_keyed(&other, "/api/cost-events", "g-1", &refund_body(-10)).await,
+        ingest.post("/api/cost-events", not_gate).await,
+        ingest.post("/api/cost-events/batch", json!({ "events": [batch_refund] })).await,
+        send_keyed(&ingest, "/api/cost-events", "g-1", &refund_body(-1_000_000_000_001)).await,
+    ];
+    for r in &refused {
+        assert_error(r, 400, "validation_error");
+        assert_eq!(
+            r.issue_paths().last().unwrap().as_array().unwrap().last().unwrap(),
+            "costMicrodollars",
+            "{r:?}"
+        );
+    }
+    assert_eq!(s.app.query_n("SELECT COUNT(*) AS n FROM cost_events").await, 1, "nothing recorded");
+    assert_eq!(customer_spend(&s, "acme").await, 60);
+
+    // The refund: named by the gate's Idempotency-Key, counted where the charge was.
+    let refund = send_keyed(&ingest, "/api/cost-events", "g-1", &refund_body(-45)).await;
+    assert_eq!(refund.status, 201, "{refund:?}");
+    assert_eq!(customer_spend(&s, "acme").await, 15);
+    let stored =
+        "SELECT COUNT(*) AS n FROM cost_events WHERE cost_microdollars = -45 AND customer_id = 'acme'";
+    assert_eq!(s.app.query_n(stored).await, 1);
+    // A second refund of the same request is the first one's duplicate.
+    let mut again = refund_body(-15);
+    again["idempotencyKey"] = json!("g-1");
+    let dup = ingest.post("/api/cost-events", again).await;
+    assert_eq!((dup.status, &dup.body["data"]["id"]), (200, &refund.body["data"]["id"]), "{dup:?}");
+    assert_eq!(customer_spend(&s, "acme").await, 15);
+    // The enforcer saw it too: 85 fit again.
+    let r = s.proxy.post("/v1/gate", gate_body("acme", 85, true)).await;
+    assert_eq!((r.body["allowed"].as_bool(), r.body["remaining"].as_i64()), (Some(true), Some(0)), "{r:?}");
+    let ue = s.proxy.get("/v1/customers/acme/unit-economics").await;
+    assert_eq!(ue.body["cost"]["lifetimeCostMicrodollars"], 60 - 45 + 85, "{ue:?}");
+}
+
+/// A gate without an Idempotency-Key is refunded by its decisionId; spend that a
+/// manual reset already cleared never goes below zero.
+#[tokio::test]
+async fn a_refund_never_takes_spend_below_zero() {
+    let s = setup_with(&[]).await;
+    let ingest = key_client(&s.app.control().base, &s.raw_key);
+    assert_eq!(s.proxy.post("/v1/bind", bind_body("acme", 100)).await.status, 200);
+    let charge = s.proxy.post("/v1/gate", gate_body("acme", 70, true)).await;
+    let decision = charge.body["decisionId"].as_str().unwrap().to_owned();
+    assert_eq!(customer_spend(&s, "acme").await, 70);
+    let budgets = s.owner.get("/api/budgets").await;
+    let list = budgets.body["data"].as_array().unwrap();
+    let budget = list.iter().find(|b| b["entityType"] == "customer").expect("the customer's budget");
+    let reset = s.owner.post_empty(&format!("/api/budgets/{}", budget["id"].as_str().unwrap())).await;
+    assert_eq!(reset.status, 200, "{reset:?}");
+    assert_eq!(customer_spend(&s, "acme").await, 0);
+
+    let refund = send_keyed(&ingest, "/api/cost-events", &decision, &refund_body(-70)).await;
+    assert_eq!(refund.status, 201, "{refund:?}");
+    assert_eq!(customer_spend(&s, "acme").await, 0, "never below zero in storage");
+    // Nor in the enforcer: the cap still fits exactly 100, not 170.
+    let r = s.proxy.post("/v1/gate", gate_body("acme", 101, true)).await;
+    assert_eq!(r.body["reason"], "budget_exceeded", "{r:?}");
+    let r = s.proxy.post("/v1/gate", gate_body("acme", 100, true)).await;
+    assert_eq!(r.body["allowed"], true, "{r:?}");
+}

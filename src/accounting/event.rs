@@ -18,6 +18,16 @@ pub enum Dedup {
     /// Proxied calls, tool events and denial records: every one is its own event (a
     /// client's request id correlates; it never lets a call go uncharged).
     Never,
+    /// The refund of the gate charges with this request id: recorded once per request.
+    Refund,
+}
+
+/// Dedup keys of refunds start with this; nothing else does (see [`is_refund`]).
+const REFUND_PREFIX: &str = "refund:";
+
+/// Whether `row` is a refund, the one kind of event whose cost may be negative.
+pub fn is_refund(row: &CostEvent) -> bool {
+    row.dedup_key.starts_with(REFUND_PREFIX)
 }
 
 /// Who and what an event is about; the measured figures are set on the row afterwards.
@@ -47,6 +57,7 @@ pub fn build(spec: EventSpec<'_>, reserved: bool) -> NewCostEvent {
     let dedup_key = match spec.dedup {
         Dedup::ByRequestId => spec.request_id.clone(),
         Dedup::Never => format!("call:{id}"),
+        Dedup::Refund => format!("{REFUND_PREFIX}{}", spec.request_id),
     };
     let targets = super::targets::budget_targets(spec.key, &spec.tags, spec.customer.as_deref());
     let row = CostEvent {

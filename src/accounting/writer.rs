@@ -115,7 +115,8 @@ pub const MAX_EVENT_DURATION_MS: i64 = 604_800_000;
 /// fail the whole commit).
 fn sanitize(event: &mut NewCostEvent) {
     let row = &mut event.row;
-    let clamped = row.cost_microdollars.clamp(0, MAX_EVENT_COST_MICRODOLLARS);
+    let floor = if super::event::is_refund(row) { -MAX_EVENT_COST_MICRODOLLARS } else { 0 };
+    let clamped = row.cost_microdollars.clamp(floor, MAX_EVENT_COST_MICRODOLLARS);
     if clamped != row.cost_microdollars {
         tracing::warn!(cost = row.cost_microdollars, request_id = %row.request_id, "cost event cost clamped");
         row.cost_microdollars = clamped;

@@ -10,8 +10,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::accounting::event::{self, Dedup, EventSpec};
+use crate::api::cost_events_refund as refund;
 use crate::api::schemas::{BatchIngested, IngestedEvent};
 use crate::auth::keys::{KeyAuth, KeyIdentity};
+use crate::db::bindings::GATE_PROVIDER;
 use crate::db::cost_events::{NewCostEvent, Outcome};
 use crate::error::{ApiError, Issues};
 use crate::idempotency;
@@ -84,8 +86,16 @@ fn len_between(s: &str, min: usize, max: usize) -> bool {
     n >= min && n <= max
 }
 
+/// Whether a negative `costMicrodollars` may pass validation (the refund of a gate
+/// charge, checked against the charge afterwards; single events only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refunds {
+    Allowed,
+    Refused,
+}
+
 /// Checks one event; issue paths start with `prefix` (empty for a single event).
-pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
+pub fn validate(e: &CostEventInput, prefix: &[&str], refunds: Refunds, issues: &mut Issues) {
     let path = |field: &str| -> Vec<String> {
         prefix.iter().map(|p| (*p).to_owned()).chain(std::iter::once(field.to_owned())).collect()
     };
@@ -104,13 +114,22 @@ pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
     check(tokens(e.output_tokens), "outputTokens", TOKENS);
     check(tokens(e.cached_input_tokens.unwrap_or(0)), "cachedInputTokens", TOKENS);
     check(tokens(e.reasoning_tokens.unwrap_or(0)), "reasoningTokens", TOKENS);
-    // The spec describes a negative cost as a refund of gate-recorded spend, but an
-    // ingested event names no gate charge, so a key could lower its own spend with
-    // no charge behind it: every negative cost is refused.
+    // A negative cost is the refund of a gate charge (the spec's refund path): only a
+    // single `gate` event may carry one, and the handler then checks it against the
+    // charge it names (see `refund`).
+    let refund = refunds == Refunds::Allowed && e.provider == GATE_PROVIDER && e.cost_microdollars < 0;
     check(
-        (0..=MAX_EVENT_COST_MICRODOLLARS).contains(&e.cost_microdollars),
+        refund || (0..=MAX_EVENT_COST_MICRODOLLARS).contains(&e.cost_microdollars),
         "costMicrodollars",
-        "must be an integer from 0 to 1000000000000 (one million dollars); refunds are not accepted",
+        match refunds {
+            Refunds::Allowed => "must be an integer from 0 to 1000000000000 (one million dollars); a negative cost is accepted only as the refund of a gate charge (provider gate)",
+            Refunds::Refused => "must be an integer from 0 to 1000000000000 (one million dollars); refunds are recorded one at a time through POST /api/cost-events",
+        },
+    );
+    check(
+        !refund || e.cost_microdollars >= -MAX_EVENT_COST_MICRODOLLARS,
+        "costMicrodollars",
+        "a refund is at most 1000000000000 (one million dollars)",
     );
     check(
         (0..=MAX_EVENT_DURATION_MS).contains(&e.duration_ms.unwrap_or(0)),
@@ -181,7 +200,12 @@ pub fn validate(e: &CostEventInput, prefix: &[&str], issues: &mut Issues) {
 }
 
 /// Turns a validated input into the row and its budget targets.
-fn to_new_event(key: &KeyIdentity, e: CostEventInput, request_id: String, now: i64) -> NewCostEvent {
+pub(super) fn to_new_event(
+    key: &KeyIdentity,
+    e: CostEventInput,
+    request_id: String,
+    now: i64,
+) -> NewCostEvent {
     let mut tags = key.default_tags.clone();
     tags.extend(e.tags.unwrap_or_default());
     let customer = e.customer.or_else(|| tags.get("customer").filter(|c| is_customer_id(c)).cloned());
@@ -254,9 +278,10 @@ pub async fn create_cost_event(
 ) -> Result<HttpResponse, ApiError> {
     let header_key = idempotency::header_key(&req)?;
     let mut issues = Issues::new();
-    validate(&body.value, &[], &mut issues);
+    validate(&body.value, &[], Refunds::Allowed, &mut issues);
     issues.finish()?;
     let key = key.0;
+    let named = header_key.is_some() || body.value.idempotency_key.is_some();
     let request_id = header_key
         .clone()
         .or_else(|| body.value.idempotency_key.clone())
@@ -270,7 +295,11 @@ pub async fn create_cost_event(
         "/api/cost-events",
         &body.raw,
         || async {
-            let event = to_new_event(&key, input, request_id, time::now_ms());
+            let event = if input.cost_microdollars < 0 {
+                refund::event(&state.pool, &key, input, request_id, named, time::now_ms()).await?
+            } else {
+                to_new_event(&key, input, request_id, time::now_ms())
+            };
             let outcomes = state.writer.commit(vec![event]).await?;
             let outcome = outcomes.first().ok_or_else(|| ApiError::internal("writer returned no outcome"))?;
             let (inserted, data) = outcome_json(outcome);
@@ -303,7 +332,7 @@ pub async fn create_cost_event_batch(
     }
     for (i, e) in body.value.events.iter().enumerate() {
         let index = i.to_string();
-        validate(e, &["events", &index], &mut issues);
+        validate(e, &["events", &index], Refunds::Refused, &mut issues);
     }
     issues.finish()?;
     let key = key.0;
@@ -362,7 +391,7 @@ mod tests {
     #[test]
     fn minimal_event_is_valid() {
         let mut issues = Issues::new();
-        validate(&input(), &[], &mut issues);
+        validate(&input(), &[], Refunds::Allowed, &mut issues);
         assert!(issues.is_empty());
     }
 
@@ -375,7 +404,7 @@ mod tests {
         e.event_type = Some("other".into());
         e.session_id = Some("x".repeat(201));
         let mut issues = Issues::new();
-        validate(&e, &["events", "3"], &mut issues);
+        validate(&e, &["events", "3"], Refunds::Refused, &mut issues);
         let err = issues.finish().unwrap_err();
         let details = err.details.unwrap();
         let list = details["issues"].as_array().unwrap();
@@ -383,15 +412,24 @@ mod tests {
         assert_eq!(list[0]["path"], json!(["events", "3", "provider"]));
     }
 
+    fn valid(provider: &str, cost: i64, refunds: Refunds) -> bool {
+        let mut e = input();
+        e.provider = provider.into();
+        e.cost_microdollars = cost;
+        let mut issues = Issues::new();
+        validate(&e, &[], refunds, &mut issues);
+        issues.is_empty()
+    }
+
     #[test]
-    fn negative_costs_are_refused_whatever_the_provider() {
-        for provider in ["gate", "openai"] {
-            let mut e = input();
-            e.provider = provider.into();
-            e.cost_microdollars = -500;
-            let mut issues = Issues::new();
-            validate(&e, &[], &mut issues);
-            assert!(!issues.is_empty(), "{provider}");
-        }
+    fn only_a_single_gate_event_may_carry_a_negative_cost() {
+        assert!(valid("gate", -500, Refunds::Allowed));
+        assert!(valid("gate", -MAX_EVENT_COST_MICRODOLLARS, Refunds::Allowed));
+        assert!(!valid("gate", -MAX_EVENT_COST_MICRODOLLARS - 1, Refunds::Allowed));
+        assert!(!valid("gate", i64::MIN, Refunds::Allowed));
+        assert!(!valid("gate", -500, Refunds::Refused));
+        assert!(!valid("openai", -500, Refunds::Allowed));
+        assert!(!valid("openai", -1, Refunds::Refused));
+        assert!(valid("openai", 0, Refunds::Refused));
     }
 }

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod budgets;
 pub mod cost_events;
 pub mod cost_events_ingest;
+pub mod cost_events_refund;
 pub mod customer_bindings;
 pub mod customer_mappings;
 pub mod health;

@@ -233,11 +233,16 @@ macro_rules! commit_statements {
             ))
             .get_results($conn) $($aw)* ?;
             for (mut spend_after, limit, thresholds, interval, start) in updated {
+                // A refund (negative `added`) may have stopped at zero: what it found
+                // was at least `spend_after - added`; thresholds only look upward.
                 let mut spend_before = spend_after.saturating_sub(added);
                 // The budget's period ended before this commit and the sweep has not
                 // rolled it yet: roll it here, so this commit's spend counts in the new
                 // period (the sweep, conditional on the period start, then skips it).
                 if let Some((interval, new_start)) = period_due(interval.as_deref(), start, $now) {
+                    // The new period holds this commit's spend only; a refund (of a
+                    // charge of the old period) leaves it at zero.
+                    let kept = added.max(0);
                     diesel::update(
                         budgets::table
                             .filter(budgets::org_id.eq(&target.org_id))
@@ -246,13 +251,14 @@ macro_rules! commit_statements {
                             .filter(budgets::current_period_start.eq(start)),
                     )
                     .set((
-                        budgets::spend_microdollars.eq(budgets::spend_microdollars - spend_before),
+                        budgets::spend_microdollars.eq(budgets::spend_microdollars - (spend_after - kept)),
                         budgets::current_period_start.eq(Some(new_start)),
                     ))
                     .execute($conn) $($aw)* ?;
                     let entity = (target.org_id.as_str(), target.entity_type, target.entity_id.as_str());
-                    outbox.push(reset_event(entity, limit, spend_before, interval, new_start, $now));
-                    spend_after = added;
+                    let previous = if added < 0 { spend_after } else { spend_before };
+                    outbox.push(reset_event(entity, limit, previous, interval, new_start, $now));
+                    spend_after = kept;
                     spend_before = 0;
                 }
                 outbox.extend(threshold_events(&target, &contributions, spend_before, limit, &thresholds, $now));
@@ -268,7 +274,8 @@ macro_rules! commit_statements {
 /// `spend_microdollars + added`, saturating at `i64::MAX` on both backends: SQLite
 /// would silently turn an overflowing sum into a REAL, PostgreSQL would fail the whole
 /// commit. (Events are bounded, so reaching the bound takes millions of maximal events;
-/// the sum must still never wrap or change type.)
+/// the sum must still never wrap or change type.) A negative `added` (refunds) stops
+/// at zero: spend is never negative.
 fn saturating_add_spend(
     added: i64,
 ) -> diesel::expression::SqlLiteral<
@@ -283,7 +290,9 @@ fn saturating_add_spend(
         .bind::<BigInt, _>(i64::MAX - added.max(0))
         .sql(" THEN ")
         .bind::<BigInt, _>(i64::MAX)
-        .sql(" ELSE spend_microdollars + ")
+        .sql(" WHEN spend_microdollars < ")
+        .bind::<BigInt, _>(added.saturating_neg())
+        .sql(" THEN 0 ELSE spend_microdollars + ")
         .bind::<BigInt, _>(added)
         .sql(" END")
 }

@@ -22,6 +22,7 @@ pub mod margins;
 pub mod models;
 pub mod orgs;
 pub mod processor;
+pub mod refunds;
 pub mod schema;
 pub mod shared_budgets;
 pub mod tool_costs;

@@ -4,7 +4,8 @@
 //! what changed and turns the returned [`LedgerEvent`]s into webhooks. Nothing here does
 //! I/O or reads a clock: every call takes `now_ms` (UTC epoch milliseconds), so the rules
 //! are deterministic and tested exhaustively below. Money is `i64` microdollars; every
-//! sum saturates and no amount ever goes below zero (negative inputs count as zero).
+//! sum saturates and no amount ever goes below zero (negative inputs count as zero,
+//! except a [refund](BudgetLedger::record_spend), which lowers spend down to zero).
 //!
 //! # Reserve, settle, release
 //!
@@ -420,11 +421,17 @@ impl BudgetLedger {
         }
     }
 
-    /// Counts cost reported without a reservation (SDK and API cost events).
+    /// Counts cost reported without a reservation (SDK and API cost events). A negative
+    /// amount is a refund of an earlier gate charge (the edge checked it against the
+    /// charge): it lowers spend, never below zero, and touches nothing else (thresholds
+    /// stay fired, the velocity window and sessions keep what they counted).
     pub fn record_spend(&mut self, amount: i64, session_id: Option<&str>, now_ms: i64) -> Vec<LedgerEvent> {
         let mut events = Vec::new();
         events.extend(self.roll_period(now_ms));
-        let amount = amount.max(0);
+        if amount < 0 {
+            self.spend = self.spend.saturating_add(amount).max(0);
+            return events;
+        }
         if let (Some(_), Some(session_id)) = (self.config.session_limit, session_id) {
             self.sessions.record(session_id, amount);
         }

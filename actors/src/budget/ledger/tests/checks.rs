@@ -177,3 +177,17 @@ fn a_ledger_can_move_between_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<BudgetLedger>();
 }
+
+#[test]
+fn a_refund_lowers_spend_and_never_below_zero() {
+    let mut ledger = ledger(with_thresholds(1_000, &[50]));
+    assert_eq!(ledger.record_spend(600, None, T0).len(), 1);
+    assert!(ledger.record_spend(-200, None, T0).is_empty());
+    assert_eq!(ledger.snapshot().spend, 400);
+    // Thresholds already fired stay fired: climbing back over 50% says nothing again.
+    assert!(ledger.record_spend(200, None, T0).is_empty());
+    assert!(ledger.record_spend(-5_000, None, T0).is_empty());
+    assert_eq!(ledger.snapshot().spend, 0);
+    assert!(ledger.record_spend(i64::MIN, None, T0).is_empty());
+    assert_eq!(ledger.snapshot().spend, 0);
+}
