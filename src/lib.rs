@@ -8,6 +8,7 @@ pub mod accounting;
 pub mod actions;
 pub mod api;
 pub mod auth;
+pub mod binding_cache;
 pub mod budgets;
 pub mod changes;
 pub mod cli;

@@ -33,6 +33,8 @@ pub struct Inner {
     pub unpriced: UnpricedModels,
     /// Configured tool costs (MCP tool events without an explicit cost).
     pub tool_costs: crate::tool_costs::ToolCostCache,
+    /// Active status of customer bindings, for the gate.
+    pub bindings: crate::binding_cache::BindingCache,
     /// Governed-request counters per organization (plan caps).
     pub plan_usage: crate::proxy::plan::PlanUsage,
     /// Room for proxied calls admitted and not yet recorded (`max_unsettled_calls`).
@@ -97,6 +99,7 @@ impl AppState {
             pricing: Arc::new(pricing),
             unpriced,
             tool_costs: crate::tool_costs::ToolCostCache::default(),
+            bindings: crate::binding_cache::BindingCache::default(),
             plan_usage: crate::proxy::plan::PlanUsage::default(),
             unsettled,
             instance_id: crate::util::ids::new_id(),

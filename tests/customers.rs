@@ -130,10 +130,14 @@ async fn bind_is_idempotent_converges_and_respects_status() {
     // A suspended binding refuses bind and changes nothing; reactivated, it binds again.
     let member = s.app.user_in_org("member@example.com", OWNER_ORG, "member").await;
     assert_error(&member.post_empty("/api/customer-bindings/acme/suspend").await, 403, "forbidden");
+    // The gate reads the status from a cache that these transitions invalidate.
+    assert_eq!(s.proxy.post("/v1/gate", gate_body("acme", 1, false)).await.body["allowed"], true);
     let r = s.owner.post_empty("/api/customer-bindings/acme/suspend").await;
     assert_eq!((r.status, &r.body["data"]["status"]), (200, &json!("suspended")), "{r:?}");
     assert_error(&s.proxy.post("/v1/bind", bind_body("acme", 1)).await, 409, "binding_inactive");
+    assert_eq!(s.proxy.post("/v1/gate", gate_body("acme", 1, false)).await.body["reason"], "bind_not_found");
     let r = s.owner.post_empty("/api/customer-bindings/acme/reactivate").await;
+    assert_eq!(s.proxy.post("/v1/gate", gate_body("acme", 1, false)).await.body["allowed"], true);
     assert!(r.body["data"]["budgetCapMicrodollars"].as_i64().unwrap() >= 6_000, "{r:?}");
     assert_eq!(s.proxy.post("/v1/bind", bind_body("acme", 7)).await.body["budgetCapMicrodollars"], 7);
     assert_error(&s.owner.post_empty("/api/customer-bindings/nobody/archive").await, 404, "not_found");

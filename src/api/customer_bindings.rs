@@ -54,6 +54,7 @@ pub async fn set_binding_status(
     let row = bindings::set_status(&state.pool, &auth.org.id, &customer, status, time::now_ms())
         .await?
         .ok_or_else(|| ApiError::not_found("Binding"))?;
+    state.bindings.invalidate(&auth.org.id, &customer);
     Ok(HttpResponse::Ok().json(json!({ "data": BindingView::from(&row) })))
 }
 

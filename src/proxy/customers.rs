@@ -102,6 +102,7 @@ pub async fn bind(
         })?;
         match bound {
             Bound::Active(saved) => {
+                state.bindings.invalidate(&key.org_id, &saved.customer_id);
                 state.budgets.registry().invalidate(&customer_key(&key, &saved.customer_id)).await.ok();
                 Ok((StatusCode::OK, json!(BindingView::from(&saved))))
             }
@@ -204,8 +205,7 @@ impl GateContext<'_> {
 /// The decision's answer body (always 200).
 async fn decide(ctx: &GateContext<'_>, decision_id: &str) -> Result<Value, ApiError> {
     let state = ctx.state;
-    let binding = bindings::find(&state.pool, &ctx.key.org_id, &ctx.gate.customer_id).await?;
-    if binding.is_none_or(|b| b.status != bindings::ACTIVE) {
+    if !state.bindings.is_active(&state.pool, &ctx.key.org_id, &ctx.gate.customer_id).await? {
         return Ok(denied(ctx, decision_id, "bind_not_found", None, None).await);
     }
     let customer = customer_key(ctx.key, &ctx.gate.customer_id);
