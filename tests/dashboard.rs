@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::margins;
 use crate::support::browser::{lit, usd, Browser};
 use crate::support::receiver;
-use crate::support::{create_key, key_client, Client, TestApp, PASSWORD};
+use crate::support::{create_key, key_client, read, Client, TestApp, PASSWORD};
 
 const OWNER: &str = "owner@example.com";
 
@@ -335,4 +335,44 @@ async fn margins_show_health_tiers_and_the_customer_view() {
     b.wait_xpath("//h2[normalize-space()='Health']/following-sibling::p[normalize-space()='Critical']").await;
     b.wait_xpath("//td[normalize-space()='gpt-4o']").await;
     no_console_errors(&b).await;
+}
+
+#[tokio::test]
+async fn pages_and_assets_are_served_with_a_strict_policy_and_never_shadow_the_api() {
+    let app = TestApp::start().await;
+    let c = app.control();
+    for path in ["/", "/budgets", "/cost-events/svc_evt_x", "/signin?next=%2Factions"] {
+        let r = c.get(path).await;
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"), "{path}");
+        assert!(r.text.contains(r#"<script type="module" src="/assets/app.js">"#), "{path}");
+        let csp = r.header("content-security-policy").unwrap();
+        assert!(csp.starts_with("default-src 'self'; script-src 'self';"), "{csp}");
+        assert!(!r.text.contains("<script>"), "no inline script");
+    }
+    let r = c.get("/assets/app.js").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/javascript; charset=utf-8"));
+    assert_eq!(r.header("cache-control"), Some("no-cache"));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    let etag = r.header("etag").unwrap().to_owned();
+    let again = read(
+        c.request(reqwest::Method::GET, "/assets/app.js")
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((again.status, again.text.as_str()), (304, ""));
+    assert_eq!(c.get("/assets/style.css").await.header("content-type"), Some("text/css; charset=utf-8"));
+    assert_eq!(c.get("/assets/pages/budgets.js").await.status, 200);
+
+    // Unknown assets, unknown API paths and writes outside /api are JSON 404s.
+    for r in [c.get("/assets/nope.js").await, c.get("/api/nope").await, c.post("/budgets", json!({})).await] {
+        assert_eq!((r.status, r.code()), (404, "not_found"), "{r:?}");
+    }
+    // The API answers as before: a session endpoint without a session is a 401, not a page.
+    let r = c.get("/api/budgets").await;
+    assert_eq!((r.status, r.code()), (401, "authentication_required"), "{r:?}");
 }

@@ -18,7 +18,7 @@ export function barChart(points, description) {
   const pad = 24;
   const max = Math.max(1, ...points.map((p) => Number(p.value)));
   const slot = (width - pad) / Math.max(points.length, 1);
-  const bar = Math.max(2, slot * 0.7);
+  const bar = Math.min(40, Math.max(2, slot * 0.7));
   const chart = svg('svg', { viewBox: `0 0 ${width} ${height + pad}`, role: 'img', 'aria-label': description, class: 'chart' });
   chart.append(svg('line', { x1: pad, y1: height, x2: width, y2: height, class: 'axis' }));
   chart.append(svg('text', { x: 0, y: 12, class: 'tick' }, usd(max)));

@@ -30,8 +30,8 @@ async function load(body, period, signal) {
       h('div', {}, h('h2', { id: 'total-h' }, 'Total spend'), h('p', { class: 'stat' }, usd(s.totals.totalCostMicrodollars))),
       h('div', {}, h('h2', {}, 'Requests'), h('p', { class: 'stat' }, String(s.totals.totalRequests)))),
     h('section', {}, h('h2', {}, 'Daily spend'),
-      s.daily.length ? barChart(s.daily.map((d) => ({ label: d.date, value: d.totalCostMicrodollars })),
-        `Daily spend, ${s.daily.length} days`) : h('p', { class: 'empty' }, 'No spend in this period.')),
+      s.daily.length ? barChart(everyDay(s.daily, period), `Daily spend over the ${PERIODS.find(([p]) => p === period)[1].toLowerCase()}`)
+        : h('p', { class: 'empty' }, 'No spend in this period.')),
     h('div', { class: 'grid' },
       h('section', {}, h('h2', {}, 'Top models'), table('Models by cost', ['Model', 'Provider', 'Cost', 'Requests'],
         s.models.slice(0, 5).map((m) => [m.model, m.provider, usd(m.totalCostMicrodollars), String(m.requestCount)]))),
@@ -43,4 +43,19 @@ async function load(body, period, signal) {
         budgets.data.slice().sort((a, b) => b.spendMicrodollars / b.maxBudgetMicrodollars - a.spendMicrodollars / a.maxBudgetMicrodollars)
           .slice(0, 5).map((b) => [h('span', {}, `${b.entityType} `, code(b.entityId)), usd(b.spendMicrodollars), usd(b.maxBudgetMicrodollars), percent(b.spendMicrodollars, b.maxBudgetMicrodollars)]),
         'No budgets yet.'))));
+}
+
+/** One point per day of the period (UTC), zero where the summary has no row. */
+function everyDay(daily, period) {
+  const byDate = new Map(daily.map((d) => [d.date, d.totalCostMicrodollars]));
+  const days = Number.parseInt(period, 10);
+  const today = Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate());
+  const points = [];
+  for (let i = days - 1; i >= 0; i -= 1) {
+    const date = new Date(today - i * 86400000).toISOString().slice(0, 10);
+    points.push({ label: date, value: byDate.get(date) || 0 });
+  }
+  // Rows the calendar above does not cover (a clock skew) are still drawn.
+  for (const d of daily) if (!points.some((p) => p.label === d.date)) points.push({ label: d.date, value: d.totalCostMicrodollars });
+  return points.sort((a, b) => (a.label < b.label ? -1 : 1));
 }

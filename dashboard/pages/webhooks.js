@@ -13,8 +13,9 @@ export async function render(main, { signal }) {
   const secret = h('div');
   const list = h('div');
   const deliveries = h('div');
-  fill(main, h('h1', {}, 'Webhooks'), createForm(async (wh) => { showSecret(secret, wh.url, wh.signingSecret); await refresh(); }),
-    secret, msg, list, deliveries);
+  const create = createForm(async (wh) => { showSecret(secret, wh.url, wh.signingSecret); await refresh(); });
+  fill(main, h('h1', {}, 'Webhooks'), msg, secret, list, deliveries,
+    h('details', { class: 'panel' }, h('summary', {}, 'New endpoint'), create));
 
   async function showDeliveries(wh) {
     const d = (await get(`/api/webhooks/${wh.id}/deliveries`, { signal })).data;
@@ -69,7 +70,7 @@ function createForm(created) {
   const mode = select([['', 'Plan default'], ['full', 'full'], ['thin', 'thin']], '');
   const boxes = EVENT_TYPES.map((t) => h('input', { type: 'checkbox', value: t, id: `ev-${t.replace(/[^a-z]/g, '-')}` }));
   const error = h('p', { role: 'alert', class: 'error' });
-  const form = h('form', { class: 'panel' }, h('h2', {}, 'New endpoint'), field('URL', url), field('Description', description),
+  const form = h('form', {}, field('URL', url), field('Description', description),
     field('Payload mode', mode),
     h('fieldset', { class: 'checks' }, h('legend', {}, 'Event types (none checked: all events)'),
       boxes.map((b) => h('span', {}, b, h('label', { for: b.id }, b.value)))),
