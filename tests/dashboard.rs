@@ -279,6 +279,12 @@ async fn webhooks_customers_audit_log_and_organization_show_real_data() {
     b.button(&row, "Send test").await.click().await.unwrap();
     b.wait_xpath("//p[@role='status' and starts-with(normalize-space(), 'Test failed')]").await;
     b.wait_xpath(&format!("//h2[normalize-space()={}]", lit(&format!("Deliveries to {url}")))).await;
+    // An action makes an `action.created` delivery, which the open list picks up.
+    let body = json!({ "agentId": "hook-check", "actionType": "db_write", "payload": { "table": "t" } });
+    let r = key_client(&app.server.control, &raw).post("/api/actions", body).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    b.wait_xpath("//tr[td[normalize-space()='action.created'] and td/span[normalize-space()='pending' or normalize-space()='failed']]")
+        .await;
     b.button(&row, "Rotate secret").await.click().await.unwrap();
     b.wait_xpath("//code[starts-with(normalize-space(), 'whsec_')]").await;
     b.screenshot("webhooks").await;

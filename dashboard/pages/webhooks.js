@@ -17,8 +17,15 @@ export async function render(main, { signal }) {
   fill(main, h('h1', {}, 'Webhooks'), msg, secret, list, deliveries,
     h('details', { class: 'panel' }, h('summary', {}, 'New endpoint'), create));
 
+  // The endpoint whose deliveries are on screen, refreshed every few seconds.
+  let watched = null;
+  const timer = setInterval(() => { if (watched) showDeliveries(watched).catch(() => {}); }, 3000);
+  signal.addEventListener('abort', () => clearInterval(timer));
+
   async function showDeliveries(wh) {
+    watched = wh;
     const d = (await get(`/api/webhooks/${wh.id}/deliveries`, { signal })).data;
+    if (watched !== wh) return;
     fill(deliveries, h('section', { 'aria-labelledby': 'del-h' }, h('h2', { id: 'del-h' }, `Deliveries to ${wh.url}`),
       d.length ? h('table', {}, h('caption', {}, 'Most recent 50 deliveries'),
         h('thead', {}, h('tr', {}, ['Created', 'Event', 'Status', 'Attempts', 'Response', 'Last attempt'].map((t) => h('th', { scope: 'col' }, t)))),
@@ -38,6 +45,7 @@ export async function render(main, { signal }) {
           if (remove.textContent === 'Delete') { remove.textContent = 'Confirm delete'; return; }
           await del(`/api/webhooks/${wh.id}`);
           msg.textContent = `Deleted ${wh.url}.`;
+          if (watched?.id === wh.id) watched = null;
           fill(deliveries);
           await refresh();
         });
