@@ -22,9 +22,10 @@ const top = document.getElementById('top');
 let session = null;
 let current = null; // AbortController of the page on screen
 
+/** The page of a path; `undefined` for a path no page serves. */
 function pageFor(path) {
-  if (path === '/signin') return null;
-  return PAGES.find(([p]) => p !== '/' && (path === p || path.startsWith(`${p}/`))) || PAGES[0];
+  if (path === '/' || path === '/signin') return PAGES[0];
+  return PAGES.find(([p]) => p !== '/' && (path === p || path.startsWith(`${p}/`)));
 }
 
 /** Navigates within the app without a reload. */
@@ -62,11 +63,16 @@ async function route() {
       return showSignIn();
     }
   }
+  if (location.pathname === '/signin') history.replaceState(null, '', '/');
   const page = pageFor(location.pathname);
-  if (!page) return navigate('/', { replace: true });
   top.hidden = false;
   fill(document.getElementById('who'), `${session.user.email} · ${session.org.name}`);
   renderNav(page);
+  if (!page) {
+    document.title = 'Page not found · spendgate';
+    fill(main, h('h1', {}, 'Page not found'), h('p', {}, 'No dashboard page lives at this address. ', h('a', { href: '/' }, 'Go to the overview'), '.'));
+    return;
+  }
   document.title = `${page[1]} · spendgate`;
   fill(main, h('p', {}, 'Loading…'));
   try {

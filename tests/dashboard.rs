@@ -247,6 +247,13 @@ async fn cost_events_list_filter_and_detail() {
     b.click_button("Export CSV").await;
     b.wait_text("CSV export needs the Pro plan or above.").await;
     no_console_errors(&b).await;
+
+    // A path no page serves says so, signed in, with the navigation still there.
+    b.goto("/no-such-page").await;
+    b.wait_xpath("//h1[normalize-space()='Page not found']").await;
+    assert_eq!(b.title().await, "Page not found · spendgate");
+    b.click_link("Go to the overview").await;
+    b.wait_xpath("//h2[normalize-space()='Total spend']").await;
 }
 
 #[tokio::test]
