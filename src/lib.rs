@@ -15,6 +15,7 @@ pub mod cli;
 pub mod client_ip;
 pub mod config;
 pub mod customers;
+pub mod dashboard;
 pub mod db;
 pub mod error;
 pub mod idempotency;
@@ -89,6 +90,7 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
                 .wrap(actix_web::middleware::from_fn(api::service_version))
                 .app_data(web::Data::new(st.clone()))
                 .configure(api::configure)
+                .configure(dashboard::configure)
         })
         .workers(workers)
         .tcp_nodelay(true)

@@ -113,8 +113,12 @@ async fn unknown_control_paths_are_404_in_the_envelope() {
     assert_eq!(r.status, 404);
     assert_eq!(r.code(), "not_found");
     assert_eq!(r.header("service-version"), Some("2026-04-01"));
-    let outside = app.control().get("/not-api").await;
-    assert_eq!(outside.status, 404);
+    // Outside `/api`, a GET is the dashboard's page and anything else the JSON 404.
+    let page = app.control().get("/not-api").await;
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("service-version"), Some("2026-04-01"), "every control-plane response");
+    let outside = app.control().post("/not-api", serde_json::json!({})).await;
+    assert_eq!((outside.status, outside.code()), (404, "not_found"));
     assert_eq!(outside.header("service-version"), Some("2026-04-01"), "every control-plane response");
     assert!(r.body["error"]["message"].is_string());
     assert!(r.body["error"].get("details").is_some());

@@ -12,6 +12,7 @@ mod budgets;
 mod cluster;
 mod cost_events;
 mod customers;
+mod dashboard;
 mod health;
 mod ingest;
 mod keys;

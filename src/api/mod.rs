@@ -99,6 +99,5 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(webhooks::configure)
             .configure(openapi::configure)
             .default_service(web::to(not_found)),
-    )
-    .default_service(web::to(not_found));
+    );
 }
