@@ -56,6 +56,8 @@ pub struct Config {
     pub max_unsettled_calls: usize,
     /// Pending actions one organization may hold (each is a live actor with a timer).
     pub max_pending_actions: i64,
+    /// Tools (tool costs) one organization may hold.
+    pub max_tool_costs: i64,
     pub actor_idle_timeout: Duration,
     pub actor_restart_backoff: Duration,
     pub session_ttl: Duration,
@@ -167,6 +169,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ),
     ("max_waiting_reservations", "reservations waiting for one budget before 503 (default 10000)"),
     ("max_pending_actions", "pending actions per organization; more are 409 limit_exceeded (default 10000)"),
+    ("max_tool_costs", "tools per organization; a discovery past it is 409 limit_exceeded (default 10000)"),
     (
         "max_unsettled_calls",
         "proxied calls admitted and not yet recorded; more wait in admission (default 2048)",
@@ -303,6 +306,7 @@ impl Config {
             max_waiting_reservations: r.positive("max_waiting_reservations", 10_000)?,
             max_unsettled_calls: r.positive("max_unsettled_calls", 2_048)?,
             max_pending_actions: r.positive("max_pending_actions", 10_000)?,
+            max_tool_costs: r.positive("max_tool_costs", 10_000)?,
             actor_idle_timeout: Duration::from_secs(r.positive("actor_idle_timeout_secs", 600)?),
             actor_restart_backoff: Duration::from_millis(r.positive("actor_restart_backoff_ms", 100)?),
             session_ttl: Duration::from_secs(3600 * r.positive::<u64>("session_ttl_hours", 168)?),

@@ -251,3 +251,23 @@ async fn the_budget_check_estimates_with_the_configured_cost() {
     let r = proxy.post("/v1/mcp/budget/check", json!({ "toolName": "dear" })).await;
     assert_error(&r, 400, "validation_error");
 }
+
+/// An organization holds at most `max_tool_costs` tools: a discovery that would pass
+/// the bound writes nothing (not even its updates); rediscovering held tools is fine.
+#[tokio::test]
+async fn tools_per_organization_are_bounded() {
+    let app = TestApp::start_with(&[("SPENDGATE_MAX_TOOL_COSTS", "3".to_owned())]).await;
+    let (owner, key, _) = setup(&app).await;
+    let tools = json!([{ "name": "a", "tierCost": 1 }, { "name": "b", "tierCost": 1 }]);
+    assert_eq!(key.post("/api/tool-costs/discover", discovery(tools)).await.status, 200);
+    let over = json!([{ "name": "a", "tierCost": 7 }, { "name": "c", "tierCost": 1 }, { "name": "d", "tierCost": 1 }]);
+    assert_error(&key.post("/api/tool-costs/discover", discovery(over)).await, 409, "limit_exceeded");
+    let list = owner.get("/api/tool-costs").await;
+    assert_eq!(list.body["data"].as_array().unwrap().len(), 2, "{list:?}");
+    assert_eq!(tool_named(&list, "a")["costMicrodollars"], 1, "the update rolled back too");
+    let fits = json!([{ "name": "a", "tierCost": 7 }, { "name": "c", "tierCost": 1 }]);
+    assert_eq!(key.post("/api/tool-costs/discover", discovery(fits)).await.status, 200);
+    let list = owner.get("/api/tool-costs").await;
+    assert_eq!(list.body["data"].as_array().unwrap().len(), 3, "{list:?}");
+    assert_eq!(tool_named(&list, "a")["costMicrodollars"], 7);
+}

@@ -17,7 +17,7 @@ use crate::auth::dual::DualAuth;
 use crate::auth::keys::KeyAuth;
 use crate::auth::session::SessionAuth;
 use crate::db::{self, models::ToolCost};
-use crate::error::{ApiError, Issues};
+use crate::error::{ApiError, ErrorCode, Issues};
 use crate::idempotency;
 use crate::openapi::shared::Data;
 use crate::plans::Role;
@@ -190,6 +190,7 @@ pub async fn reset_tool_cost(
     description = "Key. Registers or refreshes 1-500 tools of one server; idempotent; manual costs are kept.",
     responses((status = 200, body = Registered), (status = 400, description = "validation_error or invalid_json"),
         (status = 401, description = "authentication_required"), (status = 413, description = "payload_too_large"),
+        (status = 409, description = "limit_exceeded: the organization would hold more than max_tool_costs tools, or idempotency_conflict"),
         (status = 415, description = "unsupported_media_type"), (status = 429, description = "rate_limit_exceeded")))]
 #[post("/tool-costs/discover")]
 pub async fn discover_tools(
@@ -210,7 +211,13 @@ pub async fn discover_tools(
         &body.raw,
         || async {
             let names: Vec<_> = rows.iter().map(|r| (r.server_name.clone(), r.tool_name.clone())).collect();
-            let registered = db::tool_costs::discover(&state.pool, rows).await?;
+            let max = state.config.max_tool_costs;
+            let registered = db::tool_costs::discover(&state.pool, rows, max).await?.ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::LimitExceeded,
+                    format!("The organization would hold more than {max} tools; nothing was registered"),
+                )
+            })?;
             for (server, tool) in &names {
                 state.tool_costs.invalidate(&key.org_id, server, tool);
             }

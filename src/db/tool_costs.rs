@@ -13,7 +13,7 @@ use diesel_async::RunQueryDsl;
 
 use crate::db::models::ToolCost;
 use crate::db::schema::tool_costs;
-use crate::db::{DbResult, Pool};
+use crate::db::{DbError, DbResult, Pool};
 use crate::{with_conn, with_tx};
 
 pub const DISCOVERED: &str = "discovered";
@@ -45,11 +45,15 @@ pub async fn cost_of(pool: &Pool, org_id: &str, server: &str, tool: &str) -> DbR
     })
 }
 
-/// Registers or refreshes `rows` (fresh ids, source `discovered`) in one
-/// transaction. An existing tool keeps its id, creator and creation time; its cost
-/// follows the discovery unless it is `manual`.
-pub async fn discover(pool: &Pool, rows: Vec<ToolCost>) -> DbResult<usize> {
-    with_tx!(pool, |conn| {
+/// Registers or refreshes `rows` (fresh ids, source `discovered`, one organization)
+/// in one transaction. An existing tool keeps its id, creator and creation time; its
+/// cost follows the discovery unless it is `manual`. `None`, with nothing written,
+/// when the organization would then hold more than `max_tools` tools.
+pub async fn discover(pool: &Pool, rows: Vec<ToolCost>, max_tools: i64) -> DbResult<Option<usize>> {
+    let Some(org_id) = <[ToolCost]>::first(&rows).map(|r| r.org_id.clone()) else {
+        return Ok(Some(0));
+    };
+    let written = with_tx!(pool, |conn| {
         for row in &rows {
             diesel::insert_into(tool_costs::table)
                 .values(row)
@@ -72,8 +76,20 @@ pub async fn discover(pool: &Pool, rows: Vec<ToolCost>) -> DbResult<usize> {
                 .execute(conn)
                 .await?;
         }
+        // Counted after the writes, which took the write lock: concurrent discoveries
+        // count in turn. Over the bound, the whole transaction rolls back.
+        let held: i64 =
+            tool_costs::table.filter(tool_costs::org_id.eq(&org_id)).count().get_result(conn).await?;
+        if held > max_tools {
+            return Err(DbError::Query(diesel::result::Error::RollbackTransaction));
+        }
         Ok(rows.len())
-    })
+    });
+    match written {
+        Ok(n) => Ok(Some(n)),
+        Err(DbError::Query(diesel::result::Error::RollbackTransaction)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Sets a manual cost on an existing tool; `None` when the tool was never
