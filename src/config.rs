@@ -56,6 +56,9 @@ pub struct Config {
     pub max_unsettled_calls: usize,
     /// Pending actions one organization may hold (each is a live actor with a timer).
     pub max_pending_actions: i64,
+    /// Raw cost events older than this many days are deleted in the background (the
+    /// rollups stay); `None` keeps them forever.
+    pub cost_event_retention_days: Option<i64>,
     pub actor_idle_timeout: Duration,
     pub actor_restart_backoff: Duration,
     pub session_ttl: Duration,
@@ -167,6 +170,10 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ),
     ("max_waiting_reservations", "reservations waiting for one budget before 503 (default 10000)"),
     ("max_pending_actions", "pending actions per organization; more are 409 limit_exceeded (default 10000)"),
+    (
+        "cost_event_retention_days",
+        "delete raw cost events older than this many days, at least 91; rollups stay (default: keep forever)",
+    ),
     (
         "max_unsettled_calls",
         "proxied calls admitted and not yet recorded; more wait in admission (default 2048)",
@@ -303,6 +310,16 @@ impl Config {
             max_waiting_reservations: r.positive("max_waiting_reservations", 10_000)?,
             max_unsettled_calls: r.positive("max_unsettled_calls", 2_048)?,
             max_pending_actions: r.positive("max_pending_actions", 10_000)?,
+            cost_event_retention_days: match r.optional("cost_event_retention_days") {
+                None => None,
+                Some(_) => {
+                    let days: i64 = r.number("cost_event_retention_days", 0)?;
+                    if days < crate::retention::MIN_DAYS {
+                        return Err(r.bad("cost_event_retention_days", "a whole number of days, at least 91"));
+                    }
+                    Some(days)
+                }
+            },
             actor_idle_timeout: Duration::from_secs(r.positive("actor_idle_timeout_secs", 600)?),
             actor_restart_backoff: Duration::from_millis(r.positive("actor_restart_backoff_ms", 100)?),
             session_ttl: Duration::from_secs(3600 * r.positive::<u64>("session_ttl_hours", 168)?),
