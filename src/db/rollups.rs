@@ -575,7 +575,13 @@ pub async fn rebuild(pool: &Pool) -> DbResult<u64> {
         Pool::Pg(p) => {
             let mut conn = p.write().await?;
             use diesel_async::{AsyncConnection, RunQueryDsl};
-            conn.transaction::<_, diesel::result::Error, _>(async |c| rebuild_statements!(c, .await)).await?
+            conn.transaction::<_, diesel::result::Error, _>(async |c| {
+                // Writers (another instance's commits) wait until the rebuild is in,
+                // so no event is counted twice or missed; a second rebuild waits too.
+                diesel::sql_query("LOCK TABLE cost_events IN SHARE ROW EXCLUSIVE MODE").execute(c).await?;
+                rebuild_statements!(c, .await)
+            })
+            .await?
         }
     })
 }
