@@ -7,7 +7,8 @@
 //! Batch ingest over HTTP: starts the release `spendgate` binary on a fresh SQLite
 //! file (and on PostgreSQL when it answers at 127.0.0.1:5432), then drives
 //! `POST /api/cost-events/batch` with 100-event batches from concurrent clients
-//! and reports events per second. Reported, not asserted.
+//! and reports events per second. Each event carries tags `team` and `customer`, a
+//! session (50 events) with its trace, and a customer. Reported, not asserted.
 //!
 //! Run: `cargo bench --bench ingest` (env `INGEST_SECONDS`, default 5;
 //! `INGEST_CLIENTS`, default 8).
@@ -60,9 +61,14 @@ async fn run(label: &str, db_url: &str, seconds: u64, clients: usize) {
                 let events: Vec<Value> = (0..100)
                     .map(|i| {
                         n += 1;
+                        // Tags (team, customer), a session of 50 events with its trace,
+                        // and the customer, as a realistic SDK batch carries them.
+                        let session = n / 50;
                         json!({ "provider": "openai", "model": "gpt-4o-mini", "inputTokens": 1200, "outputTokens": 300,
                                 "costMicrodollars": 450 + i, "idempotencyKey": format!("c{c}-{n}"),
-                                "tags": { "team": "bench", "feature": format!("f{}", i % 5) } })
+                                "sessionId": format!("c{c}-s{session}"), "traceId": format!("{:016x}{session:016x}", c + 1),
+                                "customer": format!("cust-{}", session % 1000),
+                                "tags": { "team": format!("team-{}", session % 20), "customer": format!("cust-{}", session % 1000) } })
                     })
                     .collect();
                 let resp = client

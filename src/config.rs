@@ -58,6 +58,9 @@ pub struct Config {
     pub max_pending_actions: i64,
     /// Tools (tool costs) one organization may hold.
     pub max_tool_costs: i64,
+    /// Raw cost events older than this many days are deleted in the background (the
+    /// rollups stay); `None` keeps them forever.
+    pub cost_event_retention_days: Option<i64>,
     pub actor_idle_timeout: Duration,
     pub actor_restart_backoff: Duration,
     pub session_ttl: Duration,
@@ -170,6 +173,10 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("max_waiting_reservations", "reservations waiting for one budget before 503 (default 10000)"),
     ("max_pending_actions", "pending actions per organization; more are 409 limit_exceeded (default 10000)"),
     ("max_tool_costs", "tools per organization; a discovery past it is 409 limit_exceeded (default 10000)"),
+    (
+        "cost_event_retention_days",
+        "delete raw cost events older than this many days, at least 91; rollups stay (default: keep forever)",
+    ),
     (
         "max_unsettled_calls",
         "proxied calls admitted and not yet recorded; more wait in admission (default 2048)",
@@ -307,6 +314,16 @@ impl Config {
             max_unsettled_calls: r.positive("max_unsettled_calls", 2_048)?,
             max_pending_actions: r.positive("max_pending_actions", 10_000)?,
             max_tool_costs: r.positive("max_tool_costs", 10_000)?,
+            cost_event_retention_days: match r.optional("cost_event_retention_days") {
+                None => None,
+                Some(_) => {
+                    let days: i64 = r.number("cost_event_retention_days", 0)?;
+                    if days < crate::retention::MIN_DAYS {
+                        return Err(r.bad("cost_event_retention_days", "a whole number of days, at least 91"));
+                    }
+                    Some(days)
+                }
+            },
             actor_idle_timeout: Duration::from_secs(r.positive("actor_idle_timeout_secs", 600)?),
             actor_restart_backoff: Duration::from_millis(r.positive("actor_restart_backoff_ms", 100)?),
             session_ttl: Duration::from_secs(3600 * r.positive::<u64>("session_ttl_hours", 168)?),

@@ -31,6 +31,7 @@ pub mod pricing;
 pub mod processor;
 pub mod proxy;
 pub mod ratelimit;
+pub mod retention;
 pub mod state;
 pub mod tool_costs;
 pub mod util;
@@ -61,9 +62,11 @@ pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
     }
     let pool =
         db::Pool::connect(&config.database_url, config.db_max_connections).map_err(io::Error::other)?;
+    db::rollups::backfill_if_pending(&pool).await.map_err(io::Error::other)?;
     let state = AppState::new(config.clone(), pool).map_err(io::Error::other)?;
     let workers = config.workers;
     state.pool.start_maintenance();
+    retention::start(state.pool.clone(), state.config.cost_event_retention_days);
     periods::start(state.pool.clone(), state.outbox.clone(), state.budgets.clone());
     webhooks::start(state.clone());
     changes::start(state.clone());

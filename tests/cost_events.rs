@@ -125,6 +125,7 @@ async fn seed(app: &TestApp) -> Seed {
              SELECT id, org_id, '_svc_estimated', 'true', created_at FROM cost_events WHERE id = '{last}'"
     ))
     .await;
+    app.rebuild_rollups().await;
     Seed { owner, key_a, key_b, events, times }
 }
 
@@ -839,6 +840,7 @@ async fn sums_past_i64_saturate_instead_of_failing() {
          provider = 'openai', model = 'gpt-4o'",
     )
     .await;
+    app.rebuild_rollups().await;
     const MAX: i64 = i64::MAX;
     let r = s.owner.get("/api/cost-events/summary").await;
     assert_eq!(r.status, 200, "{r:?}");

@@ -24,5 +24,6 @@ mod orgs;
 mod pricing;
 mod proxy;
 mod proxy_money;
+mod rollups;
 mod tool_costs;
 mod webhooks;

@@ -2,15 +2,12 @@
 //! the spend summary, attribution and the recent tag keys. The writer lives in
 //! [`super::cost_events`].
 //!
-//! Aggregates are computed by the database with portable SQL: `GROUP BY` with
-//! `SUM`/`COUNT`, and UTC days as `created_at / 86400000` (integer division on both
-//! backends). Every sum is exact and cannot fail on overflow: it is loaded as two
-//! partial sums and joined in Rust (see [`super::exact_sum`]).
-//! Column references inside those SQL fragments are always table-qualified, because
-//! some queries join `cost_event_tags`, which shares `org_id` and `created_at`.
-//!
-//! The one aggregate done in Rust is the cost breakdown: it lives in a JSON text
-//! column, and JSON extraction is spelled differently by the two backends.
+//! Summary, attribution and the recent tag keys add up rollup rows (see
+//! [`super::rollups`]), never raw events; the raw-event scans they replaced are kept
+//! in [`super::cost_event_scans`] as the reference of the equivalence test. Lists,
+//! single events and sessions read raw events through their indexes. Every sum is
+//! exact and cannot fail on overflow: it is loaded as two partial sums and joined in
+//! Rust (see [`super::exact_sum`]).
 
 use diesel::dsl::sql;
 use diesel::expression::SqlLiteral;
@@ -18,8 +15,13 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use diesel_async::RunQueryDsl;
 
+use std::collections::BTreeMap;
+
 use crate::db::exact_sum::{self, join, SumParts};
 use crate::db::models::CostEvent;
+use crate::db::rollups::{
+    self, sat, Spec, Sums, WindowRow, KEY_MODEL, MODEL, SOURCE, TAG_KEY, TAG_MODEL, TOOL, TOTAL, TRACE,
+};
 use crate::db::schema::{api_keys, cost_event_tags, cost_events};
 use crate::db::{DbResult, Pool};
 use crate::util::pagination::After;
@@ -30,11 +32,6 @@ pub const DAY_MS: i64 = 86_400_000;
 
 const COST: &str = "cost_events.cost_microdollars";
 const ROW_COUNT: &str = "COUNT(*)";
-const DAY_BUCKET: &str = "(cost_events.created_at / 86400000)";
-/// Tool events are named by their tool, falling back to the model for tool events
-/// that did not report one.
-const TOOL_LABEL: &str = "COALESCE(cost_events.tool_name, cost_events.model)";
-const IS_TOOL_EVENT: &str = "(cost_events.event_type = 'tool' OR cost_events.tool_name IS NOT NULL)";
 
 /// The partial sums of `cost_events.<column>` (see [`exact_sum::parts`]).
 fn sum_of(column: &str) -> (SqlLiteral<BigInt>, SqlLiteral<BigInt>) {
@@ -170,7 +167,7 @@ impl BreakdownTotals {
 
 /// Everything the summary endpoint reports. The lists come unsorted except
 /// `traces` (the costliest first, already cut to the requested number).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
     pub totals: Totals,
     pub daily: Vec<DayTotal>,
@@ -185,7 +182,7 @@ pub struct Summary {
 }
 
 /// One page of attribution groups.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Attribution {
     /// Costliest first, at most the requested number. Labels are bare API key UUIDs
     /// or tag values; `None` is the "no key" group.
@@ -197,7 +194,7 @@ pub struct Attribution {
 }
 
 /// One attribution group in detail.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AttributionDetail {
     pub totals: Totals,
     /// Days with events, ascending.
@@ -277,50 +274,6 @@ macro_rules! apply_filter {
     };
 }
 
-/// Narrows a boxed query over `cost_events` (possibly joined) to an organization's
-/// events of `$window`.
-macro_rules! apply_window {
-    ($query:ident, $org_id:expr, $window:expr) => {
-        $query =
-            $query.filter(cost_events::org_id.eq($org_id)).filter(cost_events::created_at.ge($window.since));
-        if $window.exclude_estimated {
-            $query = $query.filter(cost_events::estimated.eq(false));
-        }
-    };
-}
-
-/// Narrows a boxed query over `cost_events` to one attribution group.
-macro_rules! apply_member {
-    ($query:ident, $org_id:expr, $member:expr) => {
-        match $member {
-            Member::ApiKey(Some(id)) => $query = $query.filter(cost_events::api_key_id.eq(id)),
-            Member::ApiKey(None) => $query = $query.filter(cost_events::api_key_id.is_null()),
-            Member::Tag { key, value: Some(value) } => {
-                $query = $query.filter(
-                    cost_events::id.eq_any(
-                        cost_event_tags::table
-                            .filter(cost_event_tags::org_id.eq($org_id))
-                            .filter(cost_event_tags::tag_key.eq(key))
-                            .filter(cost_event_tags::tag_value.eq(value))
-                            .select(cost_event_tags::event_id),
-                    ),
-                )
-            }
-            // NOT IN is safe here: `event_id` is never NULL.
-            Member::Tag { key, value: None } => {
-                $query = $query.filter(
-                    cost_events::id.ne_all(
-                        cost_event_tags::table
-                            .filter(cost_event_tags::org_id.eq($org_id))
-                            .filter(cost_event_tags::tag_key.eq(key))
-                            .select(cost_event_tags::event_id),
-                    ),
-                )
-            }
-        }
-    };
-}
-
 /// A query over `cost_events` joined with the name of each event's API key.
 macro_rules! events_with_key_names {
     () => {
@@ -337,17 +290,6 @@ macro_rules! events_with_key_names {
 
 fn event_rows(rows: Vec<(CostEvent, Option<String>)>) -> Vec<EventRow> {
     rows.into_iter().map(|(event, key_name)| EventRow { event, key_name }).collect()
-}
-
-fn label_totals(rows: Vec<(Option<String>, SumParts, i64)>) -> Vec<LabelTotal> {
-    rows.into_iter().map(|(label, cost, count)| LabelTotal { label, cost: join(cost), count }).collect()
-}
-
-fn day_totals(rows: Vec<(i64, SumParts, i64)>) -> Vec<DayTotal> {
-    let mut days: Vec<DayTotal> =
-        rows.into_iter().map(|(day, cost, count)| DayTotal { day, cost: join(cost), count }).collect();
-    days.sort_by_key(|d| d.day);
-    days
 }
 
 /// Up to `limit + 1` events of an organization matching `filter`, newest first,
@@ -503,138 +445,107 @@ pub async fn list_sessions(
     })
 }
 
+/// Spec of the rows of `dim` (no tag key, every label).
+fn all_of(dim: &'static str) -> Spec<'static> {
+    Spec { dim, name: Some(""), label1: None }
+}
+
+/// Adds up window rows by a key of each row.
+fn fold<'r, K: Ord>(
+    rows: impl Iterator<Item = &'r WindowRow>,
+    key: impl Fn(&WindowRow) -> K,
+) -> BTreeMap<K, Sums> {
+    let mut out: BTreeMap<K, Sums> = BTreeMap::new();
+    for r in rows {
+        out.entry(key(r)).or_default().add(&r.sums);
+    }
+    out
+}
+
+fn of_dim<'r>(rows: &'r [WindowRow], dim: &'static str) -> impl Iterator<Item = &'r WindowRow> + 'r {
+    rows.iter().filter(move |r| r.dim == dim)
+}
+
+fn totals_of(s: &Sums) -> Totals {
+    Totals { cost: sat(s.cost), count: sat(s.count) }
+}
+
+fn label_total(label: Option<String>, s: &Sums) -> LabelTotal {
+    LabelTotal { label, cost: sat(s.cost), count: sat(s.count) }
+}
+
+fn day_list(days: BTreeMap<i64, Sums>) -> Vec<DayTotal> {
+    days.into_iter()
+        .filter(|(_, s)| s.count != 0)
+        .map(|(day, s)| DayTotal { day, cost: sat(s.cost), count: sat(s.count) })
+        .collect()
+}
+
+/// Costliest first, ties by label (byte order, `None` first).
+fn by_cost_desc(groups: &mut [LabelTotal]) {
+    groups.sort_by(|a, b| b.cost.cmp(&a.cost).then_with(|| a.label.cmp(&b.label)));
+}
+
 /// The spend summary of an organization's events in `window`; `top_traces` caps
-/// the trace list.
+/// the trace list. From the rollups (see [`rollups::window`]).
 pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64) -> DbResult<Summary> {
-    with_conn!(pool, read, |conn| {
-        let mut totals_query = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
-        apply_window!(totals_query, org_id, window);
-        let (cost, count): (SumParts, i64) = totals_query.get_result(conn).await?;
-        let cost = join(cost);
-
-        let mut daily_query = cost_events::table
-            .group_by(sql::<BigInt>(DAY_BUCKET))
-            .select((sql::<BigInt>(DAY_BUCKET), cost_sum(), sql::<BigInt>(ROW_COUNT)))
-            .into_boxed();
-        apply_window!(daily_query, org_id, window);
-        let daily = day_totals(daily_query.load(conn).await?);
-
-        let mut models_query = cost_events::table
-            .group_by((cost_events::provider, cost_events::model))
-            .select((
-                cost_events::provider,
-                cost_events::model,
-                cost_sum(),
-                sql::<BigInt>(ROW_COUNT),
-                sum_of("input_tokens"),
-                sum_of("output_tokens"),
-                sum_of("cached_input_tokens"),
-                sum_of("reasoning_tokens"),
-            ))
-            .into_boxed();
-        apply_window!(models_query, org_id, window);
-        let models = models_query
-            .load::<(String, String, SumParts, i64, SumParts, SumParts, SumParts, SumParts)>(conn)
-            .await?
-            .into_iter()
-            .map(|(provider, model, cost, count, input, output, cached, reasoning)| ModelTotal {
-                provider,
-                model,
-                cost: join(cost),
-                count,
-                input_tokens: join(input),
-                output_tokens: join(output),
-                cached_input_tokens: join(cached),
-                reasoning_tokens: join(reasoning),
-            })
-            .collect();
-
-        let mut providers_query = cost_events::table
-            .group_by(cost_events::provider)
-            .select((cost_events::provider.nullable(), cost_sum(), sql::<BigInt>(ROW_COUNT)))
-            .into_boxed();
-        apply_window!(providers_query, org_id, window);
-        let providers = label_totals(providers_query.load(conn).await?);
-
-        let mut keys_query = cost_events::table
-            .group_by(cost_events::api_key_id)
-            .select((cost_events::api_key_id, cost_sum(), sql::<BigInt>(ROW_COUNT)))
-            .into_boxed();
-        apply_window!(keys_query, org_id, window);
-        let keys = label_totals(keys_query.load(conn).await?);
-
-        let mut tools_query = cost_events::table
-            .group_by(sql::<Text>(TOOL_LABEL))
-            .select((
-                sql::<Text>(TOOL_LABEL),
-                cost_sum(),
-                sql::<BigInt>(ROW_COUNT),
-                sum_of("duration_ms"),
-                sql::<BigInt>("COUNT(cost_events.duration_ms)"),
-            ))
-            .into_boxed()
-            .filter(sql::<Bool>(IS_TOOL_EVENT));
-        apply_window!(tools_query, org_id, window);
-        let tools = tools_query
-            .load::<(String, SumParts, i64, SumParts, i64)>(conn)
-            .await?
-            .into_iter()
-            .map(|(name, cost, count, duration_sum, duration_count)| ToolTotal {
-                name,
-                cost: join(cost),
-                count,
-                duration_sum: join(duration_sum),
-                duration_count,
-            })
-            .collect();
-
-        let mut sources_query = cost_events::table
-            .group_by(cost_events::source)
-            .select((cost_events::source.nullable(), cost_sum(), sql::<BigInt>(ROW_COUNT)))
-            .into_boxed();
-        apply_window!(sources_query, org_id, window);
-        let sources = label_totals(sources_query.load(conn).await?);
-
-        let mut traces_query = cost_events::table
-            .group_by(cost_events::trace_id)
-            .select((cost_events::trace_id, cost_sum(), sql::<BigInt>(ROW_COUNT)))
-            .into_boxed()
-            .filter(cost_events::trace_id.is_not_null())
-            .order((exact_sum::order_key(COST).desc(), cost_events::trace_id.asc()))
-            .limit(top_traces);
-        apply_window!(traces_query, org_id, window);
-        let traces = label_totals(traces_query.load(conn).await?);
-
-        let mut breakdown_query = cost_events::table
-            .select(cost_events::cost_breakdown.assume_not_null())
-            .filter(cost_events::cost_breakdown.is_not_null())
-            .into_boxed();
-        apply_window!(breakdown_query, org_id, window);
-        let mut breakdown = BreakdownTotals::default();
-        for stored in breakdown_query.load::<String>(conn).await? {
-            breakdown.add_stored(&stored);
-        }
-
-        Ok(Summary {
-            totals: Totals { cost, count },
-            daily,
-            models,
-            providers,
-            keys,
-            tools,
-            sources,
-            traces,
-            breakdown,
+    let specs = [TOTAL, MODEL, KEY_MODEL, SOURCE, TOOL, TRACE].map(all_of);
+    let rows = rollups::window(pool, org_id, window.since, window.exclude_estimated, &specs).await?;
+    let total = fold(of_dim(&rows, TOTAL), |_| ()).remove(&()).unwrap_or_default();
+    let models = fold(of_dim(&rows, MODEL), |r| (r.label1.clone(), r.label2.clone()))
+        .into_iter()
+        .map(|((provider, model), s)| ModelTotal {
+            provider,
+            model,
+            cost: sat(s.cost),
+            count: sat(s.count),
+            input_tokens: sat(s.input),
+            output_tokens: sat(s.output),
+            cached_input_tokens: sat(s.cached),
+            reasoning_tokens: sat(s.reasoning),
         })
+        .collect();
+    let labelled = |dim, none_if_empty: bool| -> Vec<LabelTotal> {
+        fold(of_dim(&rows, dim), |r| r.label1.clone())
+            .into_iter()
+            .map(|(l, s)| label_total(if none_if_empty && l.is_empty() { None } else { Some(l) }, &s))
+            .collect()
+    };
+    let providers = fold(of_dim(&rows, MODEL), |r| r.label1.clone())
+        .into_iter()
+        .map(|(l, s)| label_total(Some(l), &s))
+        .collect();
+    let tools = fold(of_dim(&rows, TOOL), |r| r.label1.clone())
+        .into_iter()
+        .map(|(name, s)| ToolTotal {
+            name,
+            cost: sat(s.cost),
+            count: sat(s.count),
+            duration_sum: sat(s.duration),
+            duration_count: sat(s.duration_count),
+        })
+        .collect();
+    let mut traces = labelled(TRACE, false);
+    by_cost_desc(&mut traces);
+    traces.truncate(usize::try_from(top_traces).unwrap_or(0));
+    let [input, output, cached, reasoning] = total.breakdown.map(sat);
+    Ok(Summary {
+        totals: totals_of(&total),
+        daily: day_list(fold(of_dim(&rows, TOTAL), |r| r.day)),
+        models,
+        providers,
+        keys: labelled(KEY_MODEL, true),
+        tools,
+        sources: labelled(SOURCE, false),
+        traces,
+        breakdown: BreakdownTotals { input, output, cached, reasoning },
     })
 }
 
 /// The `limit` costliest attribution groups of an organization's events in
-/// `window`, how many groups there are, and the window's totals.
-///
-/// The keyed groups come from the database already ordered and cut; the "no key"
-/// group (events without an API key, or without the tag) is counted separately and
-/// merged in, so the cut stays in SQL.
+/// `window`, how many groups there are, and the window's totals. From the rollups:
+/// per API key (`key_model`, the "no key" group is the key `""`) or per value of the
+/// tag (`tag_model`; the "no tag" group is the total minus every tagged group).
 pub async fn attribution(
     pool: &Pool,
     org_id: &str,
@@ -642,129 +553,94 @@ pub async fn attribution(
     grouping: Grouping<'_>,
     limit: i64,
 ) -> DbResult<Attribution> {
-    with_conn!(pool, read, |conn| {
-        let mut totals_query = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
-        apply_window!(totals_query, org_id, window);
-        let (cost, count): (SumParts, i64) = totals_query.get_result(conn).await?;
-        let cost = join(cost);
-
-        let (mut groups, keyed_groups, unkeyed) = match grouping {
-            Grouping::ApiKey => {
-                let mut top = cost_events::table
-                    .group_by(cost_events::api_key_id)
-                    .select((cost_events::api_key_id, cost_sum(), sql::<BigInt>(ROW_COUNT)))
-                    .into_boxed()
-                    .filter(cost_events::api_key_id.is_not_null())
-                    .order((exact_sum::order_key(COST).desc(), cost_events::api_key_id.asc()))
-                    .limit(limit);
-                apply_window!(top, org_id, window);
-                let groups = label_totals(top.load(conn).await?);
-
-                let mut distinct = cost_events::table
-                    .select(sql::<BigInt>("COUNT(DISTINCT cost_events.api_key_id)"))
-                    .into_boxed();
-                apply_window!(distinct, org_id, window);
-                let keyed_groups: i64 = distinct.get_result(conn).await?;
-
-                let mut none = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
-                apply_window!(none, org_id, window);
-                apply_member!(none, org_id, Member::ApiKey(None));
-                let unkeyed: (SumParts, i64) = none.get_result(conn).await?;
-                (groups, keyed_groups, unkeyed)
-            }
-            Grouping::Tag(key) => {
-                let mut top = cost_events::table
-                    .inner_join(cost_event_tags::table.on(cost_event_tags::event_id.eq(cost_events::id)))
-                    .group_by(cost_event_tags::tag_value)
-                    .select((cost_event_tags::tag_value.nullable(), cost_sum(), sql::<BigInt>(ROW_COUNT)))
-                    .into_boxed()
-                    .filter(cost_event_tags::tag_key.eq(key))
-                    .order((exact_sum::order_key(COST).desc(), cost_event_tags::tag_value.asc()))
-                    .limit(limit);
-                apply_window!(top, org_id, window);
-                let groups = label_totals(top.load(conn).await?);
-
-                let mut distinct = cost_events::table
-                    .inner_join(cost_event_tags::table.on(cost_event_tags::event_id.eq(cost_events::id)))
-                    .select(sql::<BigInt>("COUNT(DISTINCT cost_event_tags.tag_value)"))
-                    .into_boxed()
-                    .filter(cost_event_tags::tag_key.eq(key));
-                apply_window!(distinct, org_id, window);
-                let keyed_groups: i64 = distinct.get_result(conn).await?;
-
-                let mut none = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
-                apply_window!(none, org_id, window);
-                apply_member!(none, org_id, Member::Tag { key, value: None });
-                let unkeyed: (SumParts, i64) = none.get_result(conn).await?;
-                (groups, keyed_groups, unkeyed)
-            }
-        };
-
-        let (unkeyed_cost, unkeyed_count) = (join(unkeyed.0), unkeyed.1);
-        let mut total_groups = keyed_groups;
-        if unkeyed_count > 0 {
-            total_groups = total_groups.saturating_add(1);
-            groups.push(LabelTotal { label: None, cost: unkeyed_cost, count: unkeyed_count });
-            // Stable: among equal costs the keyed groups keep their SQL order and the
-            // "no key" group comes last.
-            groups.sort_by_key(|g| std::cmp::Reverse(g.cost));
-            groups.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let (group_spec, tagged) = match grouping {
+        Grouping::ApiKey => (all_of(KEY_MODEL), false),
+        Grouping::Tag(key) => (Spec { dim: TAG_MODEL, name: Some(key), label1: None }, true),
+    };
+    let rows =
+        rollups::window(pool, org_id, window.since, window.exclude_estimated, &[all_of(TOTAL), group_spec])
+            .await?;
+    let total = fold(of_dim(&rows, TOTAL), |_| ()).remove(&()).unwrap_or_default();
+    let mut by_label = fold(of_dim(&rows, group_spec.dim), |r| r.label1.clone());
+    let unkeyed = if tagged {
+        let mut rest = total;
+        for s in by_label.values() {
+            rest.sub(s);
         }
-        Ok(Attribution { groups, total_groups, totals: Totals { cost, count } })
-    })
+        rest
+    } else {
+        by_label.remove("").unwrap_or_default()
+    };
+    let keyed_groups = i64::try_from(by_label.len()).unwrap_or(i64::MAX);
+    let mut groups: Vec<LabelTotal> = by_label.into_iter().map(|(l, s)| label_total(Some(l), &s)).collect();
+    by_cost_desc(&mut groups);
+    groups.truncate(usize::try_from(limit).unwrap_or(0));
+
+    let mut total_groups = keyed_groups;
+    if unkeyed.count > 0 {
+        total_groups = total_groups.saturating_add(1);
+        groups.push(label_total(None, &unkeyed));
+        // Stable: among equal costs the keyed groups keep their order and the
+        // "no key" group comes last.
+        groups.sort_by_key(|g| std::cmp::Reverse(g.cost));
+        groups.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
+    Ok(Attribution { groups, total_groups, totals: totals_of(&total) })
 }
 
-/// Totals, days and models of one attribution group's events in `window`.
+/// Totals, days and models of one attribution group's events in `window`, from the
+/// rollups (the "no tag" group is every model's rows minus the tagged ones).
 pub async fn attribution_detail(
     pool: &Pool,
     org_id: &str,
     window: Window,
     member: Member<'_>,
 ) -> DbResult<AttributionDetail> {
-    with_conn!(pool, read, |conn| {
-        let mut totals_query = cost_events::table.select((cost_sum(), sql::<BigInt>(ROW_COUNT))).into_boxed();
-        apply_window!(totals_query, org_id, window);
-        apply_member!(totals_query, org_id, member);
-        let (cost, count): (SumParts, i64) = totals_query.get_result(conn).await?;
-        let cost = join(cost);
-
-        let mut daily_query = cost_events::table
-            .group_by(sql::<BigInt>(DAY_BUCKET))
-            .select((sql::<BigInt>(DAY_BUCKET), cost_sum(), sql::<BigInt>(ROW_COUNT)))
-            .into_boxed();
-        apply_window!(daily_query, org_id, window);
-        apply_member!(daily_query, org_id, member);
-        let daily = day_totals(daily_query.load(conn).await?);
-
-        let mut models_query = cost_events::table
-            .group_by(cost_events::model)
-            .select((cost_events::model.nullable(), cost_sum(), sql::<BigInt>(ROW_COUNT)))
-            .into_boxed();
-        apply_window!(models_query, org_id, window);
-        apply_member!(models_query, org_id, member);
-        let models = label_totals(models_query.load(conn).await?);
-
-        Ok(AttributionDetail { totals: Totals { cost, count }, daily, models })
+    let cells: BTreeMap<(i64, String), Sums> = match member {
+        Member::ApiKey(id) => {
+            let spec = Spec { dim: KEY_MODEL, name: Some(""), label1: Some(id.unwrap_or("")) };
+            let rows = rollups::window(pool, org_id, window.since, window.exclude_estimated, &[spec]).await?;
+            fold(rows.iter(), |r| (r.day, r.label2.clone()))
+        }
+        Member::Tag { key, value: Some(value) } => {
+            let spec = Spec { dim: TAG_MODEL, name: Some(key), label1: Some(value) };
+            let rows = rollups::window(pool, org_id, window.since, window.exclude_estimated, &[spec]).await?;
+            fold(rows.iter(), |r| (r.day, r.label2.clone()))
+        }
+        Member::Tag { key, value: None } => {
+            let specs = [all_of(MODEL), Spec { dim: TAG_MODEL, name: Some(key), label1: None }];
+            let rows = rollups::window(pool, org_id, window.since, window.exclude_estimated, &specs).await?;
+            let mut cells = fold(of_dim(&rows, MODEL), |r| (r.day, r.label2.clone()));
+            for r in of_dim(&rows, TAG_MODEL) {
+                cells.entry((r.day, r.label2.clone())).or_default().sub(&r.sums);
+            }
+            cells
+        }
+    };
+    let cells: Vec<((i64, String), Sums)> = cells.into_iter().filter(|(_, s)| s.count != 0).collect();
+    let mut total = Sums::default();
+    let mut days: BTreeMap<i64, Sums> = BTreeMap::new();
+    let mut models: BTreeMap<String, Sums> = BTreeMap::new();
+    for ((day, model), s) in &cells {
+        total.add(s);
+        days.entry(*day).or_default().add(s);
+        models.entry(model.clone()).or_default().add(s);
+    }
+    Ok(AttributionDetail {
+        totals: totals_of(&total),
+        daily: day_list(days),
+        models: models.into_iter().map(|(m, s)| label_total(Some(m), &s)).collect(),
     })
 }
 
 /// Up to `max` distinct tag keys an organization's events carried since `since`,
-/// internal `_svc_` keys excluded, in the database's text order (the caller sorts
-/// them byte-wise, which PostgreSQL collations need not follow).
+/// internal `_svc_` keys excluded, in byte order; from the `tag_key` rollups.
 pub async fn recent_tag_keys(pool: &Pool, org_id: &str, since: i64, max: i64) -> DbResult<Vec<String>> {
-    with_conn!(pool, read, |conn| {
-        Ok(cost_event_tags::table
-            .filter(cost_event_tags::org_id.eq(org_id))
-            .filter(cost_event_tags::created_at.ge(since))
-            // `substr` rather than LIKE: SQLite's LIKE ignores case and `_` is a wildcard.
-            .filter(sql::<Bool>("substr(cost_event_tags.tag_key, 1, 5) <> '_svc_'"))
-            .select(cost_event_tags::tag_key)
-            .distinct()
-            .order(cost_event_tags::tag_key.asc())
-            .limit(max)
-            .load(conn)
-            .await?)
-    })
+    let spec = Spec { dim: TAG_KEY, name: None, label1: None };
+    let rows = rollups::window(pool, org_id, since, false, &[spec]).await?;
+    let keys: std::collections::BTreeSet<String> =
+        rows.into_iter().filter(|r| !r.name.starts_with("_svc_")).map(|r| r.name).collect();
+    Ok(keys.into_iter().take(usize::try_from(max).unwrap_or(0)).collect())
 }
 
 /// Names of an organization's API keys (revoked ones included), by bare UUID.

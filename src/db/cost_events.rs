@@ -196,6 +196,13 @@ macro_rules! commit_statements {
         for_fixed_chunks!(tag_rows.as_slice(), |chunk| {
             diesel::insert_into(cost_event_tags::table).values(chunk).on_conflict_do_nothing().execute($conn) $($aw)* ?;
         });
+        let rollup_rows = crate::db::rollups::plan(
+            $events
+                .iter()
+                .filter(|e| inserted_ids.contains(&e.row.id))
+                .map(|e| (&e.row, e.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
+        );
+        crate::db::rollups::upsert_rollups!($conn, &rollup_rows, $($aw)*);
         for body in &plan.bodies {
             diesel::insert_into(cost_event_bodies::table).values(body).on_conflict_do_nothing().execute($conn) $($aw)* ?;
         }
@@ -299,7 +306,7 @@ fn saturating_add_spend(
 
 /// Commits a batch of events in ONE transaction: inserts the new ones (duplicates
 /// on (org, provider, dedup key) are skipped and reported with the original id),
-/// indexes their tags, adds their cost to every matched budget, and writes their
+/// indexes their tags, adds them to the rollups (see [`super::rollups`]), adds their cost to every matched budget, and writes their
 /// `cost_event.created` and threshold events to the outbox.
 pub async fn commit_batch(
     pool: &Pool,

@@ -205,6 +205,48 @@ diesel::table! {
 }
 
 diesel::table! {
+    cost_rollups (org_id, dim, name, grain, bucket, label1, label2, estimated) {
+        org_id -> Text,
+        dim -> Text,
+        name -> Text,
+        grain -> Text,
+        bucket -> BigInt,
+        label1 -> Text,
+        label2 -> Text,
+        estimated -> Bool,
+        event_count -> BigInt,
+        cost_hi -> BigInt,
+        cost_lo -> BigInt,
+        input_hi -> BigInt,
+        input_lo -> BigInt,
+        output_hi -> BigInt,
+        output_lo -> BigInt,
+        cached_hi -> BigInt,
+        cached_lo -> BigInt,
+        reasoning_hi -> BigInt,
+        reasoning_lo -> BigInt,
+        duration_hi -> BigInt,
+        duration_lo -> BigInt,
+        duration_count -> BigInt,
+        bd_input_hi -> BigInt,
+        bd_input_lo -> BigInt,
+        bd_output_hi -> BigInt,
+        bd_output_lo -> BigInt,
+        bd_cached_hi -> BigInt,
+        bd_cached_lo -> BigInt,
+        bd_reasoning_hi -> BigInt,
+        bd_reasoning_lo -> BigInt,
+    }
+}
+
+diesel::table! {
+    rollup_backfill (id) {
+        id -> BigInt,
+        done_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
     event_outbox (id) {
         id -> Text,
         org_id -> Text,
@@ -427,6 +469,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     cost_events,
     cost_event_tags,
     cost_event_bodies,
+    cost_rollups,
+    rollup_backfill,
     event_outbox,
     idempotency_keys,
     instances,

@@ -342,6 +342,14 @@ impl TestApp {
         }
     }
 
+    /// Rebuilds the rollups from the raw events, in process, after SQL changed
+    /// events behind the server's back (the rollups are kept by the accounting
+    /// commit only). Returns the number of events read.
+    pub async fn rebuild_rollups(&self) -> u64 {
+        let pool = spendgate::db::Pool::connect(&self.db.url, 1).expect("connect");
+        spendgate::db::rollups::rebuild(&pool).await.expect("rebuild rollups")
+    }
+
     /// Runs an operator command of the binary against the test database; returns
     /// whether it succeeded and its stdout and stderr.
     pub fn cli(&self, args: &[&str]) -> (bool, String) {

@@ -1,0 +1,323 @@
+//! Rollups answer exactly what the raw-event scans answered: random events (models,
+//! keys, tags, customers, traces, tools, estimates, breakdowns, a refund) ingested
+//! through the API and then spread over 100 days by SQL, compared window by window
+//! with the reference scans (`db::cost_event_scans`), including events placed on
+//! each window's partial first hour and first day. Also: the rollups the commits
+//! kept equal a rebuild from the raw events, and retention deletes old raw events
+//! without changing any answer.
+
+use std::collections::BTreeSet;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use spendgate::db::cost_event_queries::{self as q, Grouping, Member, Summary, Window};
+use spendgate::db::cost_event_scans as scan;
+use spendgate::db::rollups::{DAY_MS, HOUR_MS};
+use spendgate::db::Pool;
+
+use crate::support::{create_key, key_client, Client, TestApp};
+
+const MODELS: [(&str, &str); 5] = [
+    ("openai", "gpt-4o"),
+    ("openai", "gpt-4o-mini"),
+    ("anthropic", "claude-sonnet"),
+    ("google", "gemini-flash"),
+    ("gate", "search"),
+];
+
+fn random_event(rng: &mut StdRng) -> Value {
+    let (provider, model) = MODELS[rng.random_range(0..MODELS.len())];
+    let source = ["sdk", "api", "proxy", "mcp"][rng.random_range(0..4)];
+    let mut e = json!({
+        "provider": provider, "model": model,
+        "inputTokens": rng.random_range(0..5_000), "outputTokens": rng.random_range(0..2_000),
+        "cachedInputTokens": rng.random_range(0..100), "reasoningTokens": rng.random_range(0..50),
+        "costMicrodollars": rng.random_range(0..3_000_000_i64),
+        "source": source,
+    });
+    let mut tags = serde_json::Map::new();
+    if rng.random_bool(0.7) {
+        tags.insert("team".into(), json!(format!("t{}", rng.random_range(0..4))));
+    }
+    if rng.random_bool(0.5) {
+        tags.insert("customer".into(), json!(format!("c{}", rng.random_range(0..12))));
+    }
+    if rng.random_bool(0.2) {
+        tags.insert("env".into(), json!("prod"));
+    }
+    e["tags"] = Value::Object(tags);
+    if rng.random_bool(0.4) {
+        e["customer"] = json!(format!("cust-{}", rng.random_range(0..5)));
+    }
+    if rng.random_bool(0.5) {
+        e["traceId"] = json!(format!("{:032x}", rng.random_range(1..10_u32)));
+    }
+    if rng.random_bool(0.6) {
+        e["durationMs"] = json!(rng.random_range(0..10_000));
+    }
+    if rng.random_bool(0.2) {
+        e["eventType"] = json!("tool");
+        if rng.random_bool(0.5) {
+            let tool = ["search", "fetch"][rng.random_range(0..2)];
+            e["toolName"] = json!(tool);
+        }
+    }
+    if rng.random_bool(0.4) {
+        e["costBreakdown"] = json!({ "input": rng.random_range(0..1_000), "output": rng.random_range(0..1_000),
+            "cached": rng.random_range(0..10), "reasoning": rng.random_range(0..10) });
+    }
+    if rng.random_bool(0.3) {
+        e["sessionId"] = json!(format!("s{}", rng.random_range(0..6)));
+    }
+    e
+}
+
+async fn ingest(keys: &[Client], rng: &mut StdRng, n: usize) {
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(40);
+        let events: Vec<Value> = (0..batch).map(|_| random_event(rng)).collect();
+        let key = &keys[rng.random_range(0..keys.len())];
+        let r = key.post("/api/cost-events/batch", json!({ "events": events })).await;
+        assert_eq!(r.status, 201, "{r:?}");
+        left -= batch;
+    }
+}
+
+fn normalized(mut s: Summary) -> Summary {
+    s.models.sort_by(|a, b| (&a.provider, &a.model).cmp(&(&b.provider, &b.model)));
+    for list in [&mut s.providers, &mut s.keys, &mut s.sources] {
+        list.sort_by(|a, b| a.label.cmp(&b.label));
+    }
+    s.tools.sort_by(|a, b| a.name.cmp(&b.name));
+    s
+}
+
+async fn org_of(pool: &Pool) -> String {
+    use diesel::{ExpressionMethods, QueryDsl};
+    use diesel_async::RunQueryDsl;
+    use spendgate::db::schema::cost_events;
+    let org: Result<String, spendgate::db::DbError> = async {
+        spendgate::with_conn!(pool, read, |conn| {
+            Ok(cost_events::table
+                .select(cost_events::org_id)
+                .order(cost_events::org_id.asc())
+                .first(conn)
+                .await?)
+        })
+    }
+    .await;
+    org.expect("an event")
+}
+
+/// Compares every rollup-backed read with its scan, for the three periods measured
+/// back from `now`, with and without the estimates.
+async fn compare_all(pool: &Pool, org: &str, now: i64) -> usize {
+    let mut compared = 0;
+    for days in [7, 30, 90] {
+        for exclude_estimated in [false, true] {
+            let w = Window { since: now - days * DAY_MS, exclude_estimated };
+            let ctx = format!("{days}d exclude_estimated={exclude_estimated}");
+            let got = normalized(q::summary(pool, org, w, 5).await.unwrap());
+            let want = normalized(scan::summary(pool, org, w, 5).await.unwrap());
+            assert_eq!(got, want, "summary {ctx}");
+            assert!(want.totals.count > 0, "{ctx}: the window is empty, the test would prove nothing");
+            for grouping in
+                [Grouping::ApiKey, Grouping::Tag("team"), Grouping::Tag("customer"), Grouping::Tag("nope")]
+            {
+                for limit in [2, 100] {
+                    let got = q::attribution(pool, org, w, grouping, limit).await.unwrap();
+                    let want = scan::attribution(pool, org, w, grouping, limit).await.unwrap();
+                    assert_eq!(got, want, "attribution {grouping:?} limit {limit} {ctx}");
+                }
+                let groups = scan::attribution(pool, org, w, grouping, 100).await.unwrap().groups;
+                for g in groups.iter().map(|g| g.label.as_deref()).chain([None, Some("missing")]) {
+                    let member = match grouping {
+                        Grouping::ApiKey => Member::ApiKey(g),
+                        Grouping::Tag(key) => Member::Tag { key, value: g },
+                    };
+                    let mut got = q::attribution_detail(pool, org, w, member).await.unwrap();
+                    let mut want = scan::attribution_detail(pool, org, w, member).await.unwrap();
+                    got.models.sort_by(|a, b| a.label.cmp(&b.label));
+                    want.models.sort_by(|a, b| a.label.cmp(&b.label));
+                    assert_eq!(got, want, "detail {member:?} {ctx}");
+                    compared += 1;
+                }
+            }
+        }
+        let since = now - days * DAY_MS;
+        let got: BTreeSet<String> =
+            q::recent_tag_keys(pool, org, since, 50).await.unwrap().into_iter().collect();
+        let want: BTreeSet<String> =
+            scan::recent_tag_keys(pool, org, since, 50).await.unwrap().into_iter().collect();
+        assert_eq!(got, want, "tag keys since {days}d");
+    }
+    compared
+}
+
+type RollupEntry =
+    ((String, String, String, String, i64, String, String, bool), spendgate::db::rollups::Sums);
+
+/// Every stored rollup row as (key, exact sums), sorted: two rows holding the same
+/// sums in different hi/lo parts compare equal.
+async fn all_rollups(pool: &Pool) -> Vec<RollupEntry> {
+    use diesel::{QueryDsl, SelectableHelper};
+    use diesel_async::RunQueryDsl;
+    use spendgate::db::rollups::{sums_of, RollupRow};
+    use spendgate::db::schema::cost_rollups;
+    let rows: Result<Vec<RollupRow>, spendgate::db::DbError> = async {
+        spendgate::with_conn!(pool, read, |conn| {
+            Ok(cost_rollups::table.select(RollupRow::as_select()).load(conn).await?)
+        })
+    }
+    .await;
+    let mut rows: Vec<RollupEntry> = rows
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let sums = sums_of(&r);
+            ((r.org_id, r.dim, r.name, r.grain, r.bucket, r.label1, r.label2, r.estimated), sums)
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    rows
+}
+
+/// Asserts two rollup snapshots are equal, naming the first difference only.
+fn assert_same_rollups(got: &[RollupEntry], want: &[RollupEntry], ctx: &str) {
+    let diff = got.iter().zip(want).find(|(a, b)| a != b);
+    assert!(
+        diff.is_none() && got.len() == want.len(),
+        "{ctx}: {} vs {} rows, first difference {diff:?}",
+        got.len(),
+        want.len()
+    );
+}
+
+async fn setup(app: &TestApp) -> Vec<Client> {
+    let owner = app.owner().await;
+    let mut keys = Vec::new();
+    for name in ["k1", "k2", "k3"] {
+        let (_, raw) = create_key(&owner, name).await;
+        keys.push(key_client(&app.server.control, &raw));
+    }
+    keys
+}
+
+#[tokio::test]
+async fn rollups_answer_exactly_what_the_scans_answered() {
+    let app = TestApp::start().await;
+    let keys = setup(&app).await;
+    let mut rng = StdRng::seed_from_u64(13);
+    let pool = Pool::connect(&app.db.url, 2).unwrap();
+
+    // Commit path: the rollups the commits kept equal a rebuild, and every read agrees.
+    ingest(&keys, &mut rng, 160).await;
+    let org = org_of(&pool).await;
+    let kept = all_rollups(&pool).await;
+    assert!(!kept.is_empty());
+    assert_eq!(app.rebuild_rollups().await, 160);
+    assert_same_rollups(&all_rollups(&pool).await, &kept, "commit-maintained rollups against a rebuild");
+    let now = spendgate::util::time::now_ms();
+    assert!(compare_all(&pool, &org, now).await > 0);
+
+    // Spread the events over 100 days, with some on each window's edges (the partial
+    // first hour, the rest of the first day, just before the window), some estimated,
+    // some without a key, one refund; then rebuild and compare again.
+    let ids: Vec<String> = {
+        use diesel::{ExpressionMethods, QueryDsl};
+        use diesel_async::RunQueryDsl;
+        use spendgate::db::schema::cost_events;
+        let r: Result<Vec<String>, spendgate::db::DbError> = async {
+            spendgate::with_conn!(&pool, read, |conn| {
+                Ok(cost_events::table.select(cost_events::id).order(cost_events::id.asc()).load(conn).await?)
+            })
+        }
+        .await;
+        r.unwrap()
+    };
+    let now = spendgate::util::time::now_ms();
+    for (i, id) in ids.iter().enumerate() {
+        let at = match i % 8 {
+            0 => now - [7, 30, 90][i % 3] * DAY_MS + rng.random_range(0..HOUR_MS / 2),
+            1 => now - [7, 30, 90][i % 3] * DAY_MS + rng.random_range(HOUR_MS..DAY_MS / 2),
+            2 => now - [7, 30, 90][i % 3] * DAY_MS - rng.random_range(1..HOUR_MS),
+            _ => now - rng.random_range(0..100 * DAY_MS),
+        };
+        app.exec_sql(&format!("UPDATE cost_events SET created_at = {at} WHERE id = '{id}'")).await;
+        app.exec_sql(&format!("UPDATE cost_event_tags SET created_at = {at} WHERE event_id = '{id}'")).await;
+    }
+    app.exec_sql("UPDATE cost_events SET estimated = TRUE WHERE id IN (SELECT id FROM cost_events ORDER BY request_id LIMIT 40)").await;
+    app.exec_sql("UPDATE cost_events SET api_key_id = NULL WHERE id IN (SELECT id FROM cost_events ORDER BY dedup_key DESC LIMIT 25)").await;
+    app.exec_sql(&format!("UPDATE cost_events SET cost_microdollars = -750000 WHERE id = '{}'", ids[5]))
+        .await;
+    app.rebuild_rollups().await;
+    assert!(compare_all(&pool, &org, now).await > 0);
+
+    // New events on top of rebuilt rows.
+    ingest(&keys, &mut rng, 60).await;
+    let kept = all_rollups(&pool).await;
+    app.rebuild_rollups().await;
+    assert_same_rollups(&all_rollups(&pool).await, &kept, "incremental rollups against a rebuild");
+    assert!(compare_all(&pool, &org, spendgate::util::time::now_ms()).await > 0);
+}
+
+#[tokio::test]
+async fn retention_deletes_old_raw_events_and_keeps_the_rollups() {
+    let mut app = TestApp::start_with(&[("SPENDGATE_COST_EVENT_RETENTION_DAYS", "91".to_owned())]).await;
+    let keys = setup(&app).await;
+    let mut rng = StdRng::seed_from_u64(7);
+    ingest(&keys, &mut rng, 80).await;
+    let pool = Pool::connect(&app.db.url, 2).unwrap();
+    let org = org_of(&pool).await;
+
+    // Half the events become 200 days old (their tags too); the rollups follow.
+    app.exec_sql(&format!(
+        "UPDATE cost_events SET created_at = created_at - {} WHERE id IN \
+         (SELECT id FROM cost_events ORDER BY id LIMIT 40)",
+        200 * DAY_MS
+    ))
+    .await;
+    app.exec_sql(
+        "UPDATE cost_event_tags SET created_at = \
+         (SELECT e.created_at FROM cost_events e WHERE e.id = cost_event_tags.event_id)",
+    )
+    .await;
+    app.rebuild_rollups().await;
+    let all_time = Window { since: 0, exclude_estimated: false };
+    let recent = Window { since: spendgate::util::time::now_ms() - 30 * DAY_MS, exclude_estimated: false };
+    let before = normalized(q::summary(&pool, &org, all_time, 5).await.unwrap());
+    let before_recent = normalized(q::summary(&pool, &org, recent, 5).await.unwrap());
+    assert_eq!(before.totals.count, 80);
+    assert_eq!(scan::summary(&pool, &org, all_time, 5).await.unwrap().totals.count, 80);
+
+    // A restarted server runs a retention pass at once.
+    app.restart();
+    let mut left = i64::MAX;
+    for _ in 0..300 {
+        left = app.query_n("SELECT COUNT(*) AS n FROM cost_events").await;
+        if left == 40 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 40, "the 40 old events are deleted, the 40 recent ones kept");
+    let cutoff = spendgate::util::time::now_ms() - 91 * DAY_MS;
+    let old =
+        app.query_n(&format!("SELECT COUNT(*) AS n FROM cost_events WHERE created_at < {cutoff}")).await;
+    assert_eq!(old, 0);
+    let orphans = app
+        .query_n(
+            "SELECT COUNT(*) AS n FROM cost_event_tags WHERE event_id NOT IN (SELECT id FROM cost_events)",
+        )
+        .await;
+    assert_eq!(orphans, 0, "tags go with their events");
+
+    // The raw scan now misses them; the rollup answers do not change.
+    assert_eq!(scan::summary(&pool, &org, all_time, 5).await.unwrap().totals.count, 40);
+    assert_eq!(normalized(q::summary(&pool, &org, all_time, 5).await.unwrap()), before);
+    assert_eq!(normalized(q::summary(&pool, &org, recent, 5).await.unwrap()), before_recent);
+    let r = app.login("owner@example.com").await.get("/api/cost-events/summary?period=90d").await;
+    assert_eq!(r.status, 200, "{r:?}");
+}
