@@ -5,7 +5,8 @@
 //! spinning beside it. Per phase: answers that were not 2xx (by status), RSS of the
 //! spendgate process at start and end (and the most seen), requests/s, latency p50/p99,
 //! the mailbox wait p99 per entity type read from `/health/metrics` (the bucket bound;
-//! the difference over the phase), and the refused reservations.
+//! the difference over the phase), the refused reservations, and the transport errors
+//! (no HTTP answer, or an answer whose body broke off) by kind (see [`error_kind`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -109,7 +110,7 @@ struct Phase {
     seconds: u64,
     ok: u64,
     not_2xx: BTreeMap<u16, u64>,
-    errors: u64,
+    errors: BTreeMap<String, u64>,
     rss_start: f64,
     rss_end: f64,
     rss_max: f64,
@@ -145,7 +146,8 @@ async fn phase(
     };
     let latency = Arc::new(Mutex::new(histogram()));
     let statuses = Arc::new(Mutex::new(BTreeMap::<u16, u64>::new()));
-    let (ok, errors) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let ok = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
     let mut tasks = Vec::with_capacity(clients);
@@ -156,10 +158,15 @@ async fn phase(
             let mut mine = histogram();
             while Instant::now() < deadline {
                 let sent = Instant::now();
-                match http.post(&url).headers(headers.clone()).body(body(false)).send().await {
+                let answer = match http.post(&url).headers(headers.clone()).body(body(false)).send().await {
                     Ok(r) => {
                         let status = r.status();
-                        let _ = r.bytes().await;
+                        r.bytes().await.map(|_| status)
+                    }
+                    Err(e) => Err(e),
+                };
+                match answer {
+                    Ok(status) => {
                         mine.saturating_record(micros(sent.elapsed()));
                         if status.is_success() {
                             ok.fetch_add(1, Ordering::Relaxed);
@@ -167,8 +174,8 @@ async fn phase(
                             *statuses.lock().unwrap().entry(status.as_u16()).or_default() += 1;
                         }
                     }
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
+                    Err(e) => {
+                        *errors.lock().unwrap().entry(error_kind(&e)).or_default() += 1;
                     }
                 }
             }
@@ -185,12 +192,13 @@ async fn phase(
     let after = metrics(http, &server.proxy).await?;
     let latency = latency.lock().unwrap().clone();
     let not_2xx = statuses.lock().unwrap().clone();
+    let errors = errors.lock().unwrap().clone();
     Ok(Phase {
         clients,
         seconds,
         ok: ok.load(Ordering::Relaxed),
         not_2xx,
-        errors: errors.load(Ordering::Relaxed),
+        errors,
         rss_start,
         rss_end,
         rss_max: f64::from_bits(rss_max.load(Ordering::Relaxed)),
@@ -199,6 +207,28 @@ async fn phase(
         waits: wait_p99(&before, &after),
         refused: refused(&after).saturating_sub(refused(&before)),
     })
+}
+
+/// A transport error's kind: the stage reqwest failed in (connect, request, body,
+/// timeout) and the innermost cause (for example `connection reset by peer`,
+/// `connection closed before message completed`, `Address not available`).
+fn error_kind(e: &reqwest::Error) -> String {
+    let stage = if e.is_connect() {
+        "connect"
+    } else if e.is_timeout() {
+        "timeout"
+    } else if e.is_body() || e.is_decode() {
+        "body"
+    } else if e.is_request() {
+        "request"
+    } else {
+        "other"
+    };
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    format!("{stage}: {cause}")
 }
 
 pub async fn run() -> Result<(), BoxError> {
@@ -241,13 +271,14 @@ pub async fn run() -> Result<(), BoxError> {
             })
             .collect();
         println!(
-            "| {} | {} | {} | {}{} | {} | {:.0} → {:.0} ({:.0}) | {:.0} | {:.1} | {:.1} | {} | {} |",
+            "| {} | {} | {} | {}{} | {}{} | {:.0} → {:.0} ({:.0}) | {:.0} | {:.1} | {:.1} | {} | {} |",
             p.clients,
             p.seconds,
             p.ok,
             not_2xx,
             if p.not_2xx.is_empty() { String::new() } else { format!(" {:?}", p.not_2xx) },
-            p.errors,
+            p.errors.values().sum::<u64>(),
+            if p.errors.is_empty() { String::new() } else { format!(" {:?}", p.errors) },
             p.rss_start,
             p.rss_end,
             p.rss_max,
@@ -260,7 +291,8 @@ pub async fn run() -> Result<(), BoxError> {
         results.push(p);
     }
     drop(neighbour);
-    let failed: u64 = results.iter().map(|p| p.not_2xx.values().sum::<u64>() + p.errors).sum();
+    let failed: u64 =
+        results.iter().map(|p| p.not_2xx.values().sum::<u64>() + p.errors.values().sum::<u64>()).sum();
     println!();
     println!("non-2xx and transport errors over all phases: {failed} (goal 0)");
     drop(server);

@@ -41,6 +41,8 @@ struct Job {
 #[derive(Clone)]
 pub struct AccountingWriter {
     tx: mpsc::Sender<Job>,
+    /// The writer's own runtime, when it has one (see [`spawn_thread`]).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// Where the writer counts its work (see [`crate::metrics::Metrics::accounting`]).
@@ -58,9 +60,9 @@ impl WriterMetrics {
 pub type OnCommit = Box<dyn Fn(&[SpendChange], Vec<(ReservationTicket, i64)>) + Send + Sync>;
 
 impl AccountingWriter {
-    /// Starts the writer on the current runtime.
-    /// Starts the writer on the current runtime; `linger` is how long a commit of
-    /// background events only ([`AccountingWriter::record`]) waits for company.
+    /// Starts the writer on its own thread (see [`spawn_thread`]); `linger` is how long
+    /// a commit of background events only ([`AccountingWriter::record`]) waits for
+    /// company.
     pub fn start(
         pool: Pool,
         outbox: crate::outbox::Outbox,
@@ -69,8 +71,20 @@ impl AccountingWriter {
         metrics: WriterMetrics,
     ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(run(pool, outbox, rx, on_commit, linger, metrics));
-        AccountingWriter { tx }
+        let runtime = spawn_thread(run(pool, outbox, rx, on_commit, linger, metrics));
+        AccountingWriter { tx, runtime }
+    }
+
+    /// Runs `task` beside the writer, on its thread (a proxied call's settlement: the
+    /// work that turns a finished answer into its cost event); on the caller's runtime
+    /// when the writer has no thread of its own.
+    pub fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        match self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok()) {
+            Some(runtime) => {
+                runtime.spawn(task);
+            }
+            None => tracing::error!("no runtime to run a settlement on; its reservation is released"),
+        }
     }
 
     /// Commit jobs waiting for the writer.
@@ -157,6 +171,45 @@ fn sanitize(event: &mut NewCostEvent) {
             .into_iter()
             .map(|(k, v)| (k.replace('\0', "\u{fffd}"), v.replace('\0', "\u{fffd}")))
             .collect();
+    }
+}
+
+/// Runs the writer on a thread of its own, with a runtime of its own whose one blocking
+/// thread runs the SQLite commits: the commits, and the proxied calls' settlements
+/// spawned beside them ([`AccountingWriter::spawn`]), stay off the HTTP workers' and
+/// the actix system's threads. Not at a lower priority: the writer is what bounds the
+/// proxy's throughput at saturation (admission's unsettled-call permits wait for it),
+/// and measured on a shared 2-core machine a lower priority (`nice` 10) cut that
+/// throughput instead of the latency tail. Without a runtime of its own (it could not
+/// be built), the writer runs on the caller's. Returns the handle of the writer's
+/// runtime.
+fn spawn_thread(
+    writer: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Option<tokio::runtime::Handle> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(1)
+        .thread_keep_alive(Duration::from_secs(3600))
+        .thread_name("accounting-sql")
+        .build();
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            tracing::warn!(error = %e, "no runtime for the accounting writer; it shares the caller's");
+            tokio::spawn(writer);
+            return None;
+        }
+    };
+    let handle = runtime.handle().clone();
+    let spawned = std::thread::Builder::new()
+        .name("accounting-writer".to_owned())
+        .spawn(move || runtime.block_on(writer));
+    match spawned {
+        Ok(_) => Some(handle),
+        Err(e) => {
+            tracing::error!(error = %e, "could not start the accounting writer thread");
+            None
+        }
     }
 }
 

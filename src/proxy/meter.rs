@@ -56,12 +56,32 @@ pub struct Seen {
     pub tool_calls: Vec<ToolCall>,
     /// Kept response bytes and whether more were sent (body records).
     pub body: Option<(Vec<u8>, bool)>,
+    /// A JSON answer not read yet: the body's end hands it over as it is, so that
+    /// parsing it is not on the way of the answer's last bytes (see [`Seen::read`]).
+    json: Option<(Provider, Vec<u8>)>,
 }
 
 impl Seen {
     /// A call whose client went away before any of the answer arrived.
     pub fn cancelled() -> Seen {
-        Seen { end: End::Cancelled, usage: None, response_id: None, tool_calls: Vec::new(), body: None }
+        Seen {
+            end: End::Cancelled,
+            usage: None,
+            response_id: None,
+            tool_calls: Vec::new(),
+            body: None,
+            json: None,
+        }
+    }
+
+    /// Reads a JSON answer's usage, response id and tool calls; an event stream's were
+    /// read as it passed. Call once before looking at those fields.
+    #[must_use]
+    pub fn read(mut self) -> Seen {
+        if let Some((provider, body)) = self.json.take() {
+            (self.usage, self.response_id, self.tool_calls) = json_details(provider, &body);
+        }
+        self
     }
 }
 
@@ -197,13 +217,10 @@ impl<S> Metered<S> {
             &mut self.mode,
             Mode::Json { provider: Provider::OpenAi, buf: Vec::new(), overflow: true },
         );
-        let (usage, response_id, tool_calls) = match mode {
+        let (usage, response_id, tool_calls, json) = match mode {
+            // Read later, by `Seen::read`, off the response path.
             Mode::Json { provider, buf, overflow } => {
-                if overflow || buf.is_empty() {
-                    (None, None, Vec::new())
-                } else {
-                    json_details(provider, &buf)
-                }
+                (None, None, Vec::new(), (!overflow && !buf.is_empty()).then_some((provider, buf)))
             }
             Mode::Sse { usage, .. } | Mode::SseStripUsage { usage, .. } => {
                 if end == End::Completed && !usage.complete() {
@@ -211,10 +228,10 @@ impl<S> Metered<S> {
                 }
                 let id = usage.response_id().map(str::to_owned);
                 let calls = usage.tool_calls().to_vec();
-                (usage.finish(), id, calls)
+                (usage.finish(), id, calls, None)
             }
         };
-        finish(Seen { end, usage, response_id, tool_calls, body: self.record.take() });
+        finish(Seen { end, usage, response_id, tool_calls, body: self.record.take(), json });
     }
 }
 
@@ -356,6 +373,10 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     fn collect(chunks: Vec<&'static str>, strip: bool) -> (String, Seen) {
+        collect_as(chunks, true, strip)
+    }
+
+    fn collect_as(chunks: Vec<&'static str>, sse: bool, strip: bool) -> (String, Seen) {
         let seen = Arc::new(Mutex::new(None));
         let sink = seen.clone();
         let upstream = futures_util::stream::iter(
@@ -366,7 +387,7 @@ mod tests {
             let metered = Metered::new(
                 upstream,
                 Provider::OpenAi,
-                true,
+                sse,
                 strip,
                 true,
                 Duration::from_secs(5),
@@ -384,6 +405,21 @@ mod tests {
     const USAGE: &str =
         "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\n";
     const DONE: &str = "data: [DONE]\n\n";
+
+    /// A JSON answer passes unread; its usage, id and tool calls come with `read`.
+    #[test]
+    fn json_answer_is_read_after_the_body() {
+        let body = r#"{"id":"c9","choices":[{"message":{"tool_calls":[{"id":"t1","function":{"name":"f"}}]}}],"usage":{"prompt_tokens":4,"completion_tokens":2}}"#;
+        let (text, seen) = collect_as(vec![&body[..20], &body[20..]], false, false);
+        assert_eq!(text, body);
+        assert_eq!(seen.end, End::Completed);
+        assert!(seen.usage.is_none() && seen.response_id.is_none());
+        let seen = seen.read();
+        let usage = seen.usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.output_tokens), (4, 2));
+        assert_eq!(seen.response_id.as_deref(), Some("c9"));
+        assert_eq!(seen.tool_calls.len(), 1);
+    }
 
     #[test]
     fn stripped_usage_chunk_is_metered_but_not_sent() {

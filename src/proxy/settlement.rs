@@ -51,18 +51,17 @@ struct Charge {
 }
 
 impl Settlement {
-    /// Records and settles on the runtime, detached from the response (which may be
-    /// gone already). Runs exactly once per call.
+    /// Records and settles detached from the response (which may be gone already), on
+    /// the accounting writer's thread: reading the answer and building the cost event
+    /// is work neither the client nor the worker's next request should wait for. Runs
+    /// exactly once per call.
     pub fn spawn(self, seen: Seen) {
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(self.run(seen));
-            }
-            Err(_) => tracing::error!("no runtime to record a proxied call on; its reservation is released"),
-        }
+        let writer = self.state.writer.clone();
+        writer.spawn(self.run(seen));
     }
 
     async fn run(self, seen: Seen) {
+        let seen = seen.read();
         let state = self.state.clone();
         let a = &self.admitted;
         let outcome = match seen.end {
@@ -202,8 +201,13 @@ fn body_record(row: &crate::db::models::CostEvent, request: &[u8], seen: &Seen, 
 }
 
 /// Tokens spent on tool definitions, estimated like the prompt (4 bytes per token)
-/// from the request's `tools` array.
+/// from the request's `tools` array. A body without the bytes `tools` (and without a
+/// `\u` escape that could spell them) has none: most calls skip a second parse.
 fn tool_definition_tokens(body: &[u8]) -> i64 {
+    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    if !has(b"tools") && !has(b"\\u") {
+        return 0;
+    }
     #[derive(serde::Deserialize)]
     struct Tools<'a> {
         #[serde(borrow)]
@@ -213,4 +217,17 @@ fn tool_definition_tokens(body: &[u8]) -> i64 {
         .ok()
         .and_then(|t| t.tools)
         .map_or(0, |raw| i64::try_from(raw.get().len().div_ceil(4)).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tool_definition_tokens;
+
+    #[test]
+    fn tool_tokens_with_and_without_tools() {
+        assert_eq!(tool_definition_tokens(br#"{"model":"m","messages":[]}"#), 0);
+        assert_eq!(tool_definition_tokens(br#"{"tools":[{"a":1}]}"#), 3);
+        // An escaped key is still a `tools` key.
+        assert_eq!(tool_definition_tokens(br#"{"\u0074ools":[{"a":1}]}"#), 3);
+    }
 }
