@@ -34,6 +34,7 @@ pub mod ratelimit;
 pub mod retention;
 pub mod state;
 pub mod tool_costs;
+pub mod unit_economics;
 pub mod util;
 pub mod webhooks;
 

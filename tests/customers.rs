@@ -365,10 +365,17 @@ async fn refunds_give_back_only_a_gate_charge_of_the_same_request() {
     assert_eq!((dup.status, &dup.body["data"]["id"]), (200, &refund.body["data"]["id"]), "{dup:?}");
     assert_eq!(customer_spend(&s, "acme").await, 15);
     // The enforcer saw it too: 85 fit again.
-    let r = s.proxy.post("/v1/gate", gate_body("acme", 85, true)).await;
+    let r = send_keyed(&s.proxy, "/v1/gate", "g-3", &gate_body("acme", 85, true)).await;
     assert_eq!((r.body["allowed"].as_bool(), r.body["remaining"].as_i64()), (Some(true), Some(0)), "{r:?}");
+    // A refund is not a gate decision: the latest stays the approval.
+    assert_eq!(send_keyed(&ingest, "/api/cost-events", "g-3", &refund_body(-5)).await.status, 201);
     let ue = s.proxy.get("/v1/customers/acme/unit-economics").await;
-    assert_eq!(ue.body["cost"]["lifetimeCostMicrodollars"], 60 - 45 + 85, "{ue:?}");
+    assert_eq!(ue.body["cost"]["lifetimeCostMicrodollars"], 60 - 45 + 85 - 5, "{ue:?}");
+    // The session view of the same figures.
+    let session = s.owner.get("/api/customer-bindings/acme").await;
+    assert_eq!(session.body["data"], ue.body, "{session:?}");
+    assert_eq!(ue.body["latestBudgetCheck"]["decision"], "approved");
+    assert_error(&s.owner.get("/api/customer-bindings/nobody").await, 404, "not_found");
 }
 
 /// A gate without an Idempotency-Key is refunded by its decisionId; spend that a

@@ -268,6 +268,9 @@ async fn webhooks_customers_audit_log_and_organization_show_real_data() {
         .post("/v1/bind", json!({ "customerId": "acme-corp", "planRef": "gold", "budgetCap": 25_000_000 }))
         .await;
     assert_eq!(r.status, 200, "{r:?}");
+    let gate =
+        json!({ "customerId": "acme-corp", "estimatedCostMicrodollars": 1_250_000, "sendEvent": true });
+    assert_eq!(proxy.post("/v1/gate", gate).await.body["allowed"], true);
     let org = org_id(&owner).await;
     let mut invitations = Vec::new();
     for email in ["new@example.com", "gone@example.com"] {
@@ -297,13 +300,23 @@ async fn webhooks_customers_audit_log_and_organization_show_real_data() {
     b.screenshot("webhooks").await;
 
     b.click_link("Customers").await;
-    let row = "//tr[td/code[normalize-space()='acme-corp']]";
+    let row = "//tr[td/a[normalize-space()='acme-corp']]";
     b.wait_xpath(&format!("{row}/td[normalize-space()='$25.00']")).await;
+    b.wait_xpath(&format!("{row}/td[normalize-space()='$1.25']")).await;
     b.wait_xpath(&format!("{row}/td[normalize-space()='gold']")).await;
     b.button(row, "Suspend").await.click().await.unwrap();
     b.wait_xpath(&format!("{row}//span[normalize-space()='suspended']")).await;
     assert_eq!(owner.get("/api/customer-bindings").await.body["data"][0]["status"], "suspended");
     b.screenshot("customers").await;
+    // The customer's own page: unit economics as the API gives them.
+    b.click_link("acme-corp").await;
+    b.wait_xpath("//section[div[h2[normalize-space()='Lifetime cost'] and p[normalize-space()='$1.25']]]")
+        .await;
+    b.wait_xpath("//tr[th[normalize-space()='Latest budget check'] and td[normalize-space()='approved']]")
+        .await;
+    b.wait_xpath("//tr[th[normalize-space()='Status'] and td[normalize-space()='suspended']]").await;
+    let ue = owner.get("/api/customer-bindings/acme-corp").await;
+    assert_eq!(ue.body["data"]["cost"]["lifetimeCostMicrodollars"], 1_250_000, "{ue:?}");
 
     b.click_link("Audit log").await;
     b.wait_xpath("//tbody[count(tr)=3]/tr/td[normalize-space()='invitation.created']").await;

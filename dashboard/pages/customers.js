@@ -1,13 +1,15 @@
 // Customers: each binding's plan and cap, the spend of its customer budget, and
-// what is left. The proxy's unit-economics endpoint needs an API key, so the
-// figures here come from the session endpoints: bindings and budgets.
+// what is left; a customer's page shows its unit economics
+// (`GET /api/customer-bindings/{customerId}`, the proxy's unit-economics shape).
 import { get, post } from '../lib/api.js';
-import { h, fill, status, code } from '../lib/dom.js';
+import { h, fill, status, code, time } from '../lib/dom.js';
 import { usd, percent } from '../lib/money.js';
 
 const TRANSITIONS = { active: [['suspend', 'Suspend'], ['archive', 'Archive']], suspended: [['reactivate', 'Reactivate'], ['archive', 'Archive']], archived: [['reactivate', 'Reactivate']] };
 
-export async function render(main, { signal }) {
+export async function render(main, { signal, path, title }) {
+  const id = path.startsWith('/customers/') ? decodeURIComponent(path.slice('/customers/'.length)) : '';
+  if (id) return one(main, id, { signal, title });
   const msg = status();
   const list = h('div');
   fill(main, h('h1', {}, 'Customers'), h('p', { class: 'hint' }, 'Customers are bound with ', code('POST /v1/bind'), ' on the proxy.'), msg, list);
@@ -20,7 +22,7 @@ export async function render(main, { signal }) {
       h('tbody', {}, bindings.data.map((c) => {
         const b = spend.get(c.customerId);
         const spent = b ? b.spendMicrodollars : 0;
-        return h('tr', {}, h('td', {}, code(c.customerId)), h('td', {}, c.planRef),
+        return h('tr', {}, h('td', {}, h('a', { href: `/customers/${encodeURIComponent(c.customerId)}` }, c.customerId)), h('td', {}, c.planRef),
           h('td', { class: 'num' }, usd(c.budgetCapMicrodollars)), h('td', { class: 'num' }, usd(spent)),
           h('td', { class: 'num' }, usd(Math.max(0, c.budgetCapMicrodollars - spent))),
           h('td', { class: 'num' }, percent(spent, c.budgetCapMicrodollars)),
@@ -37,4 +39,24 @@ export async function render(main, { signal }) {
       : h('p', { class: 'empty' }, 'No customers bound yet.'));
   }
   await refresh();
+}
+
+/** One customer's unit economics. */
+async function one(main, id, { signal, title }) {
+  const d = (await get(`/api/customer-bindings/${encodeURIComponent(id)}`, { signal })).data;
+  title(`Customer ${id}`);
+  const b = d.budget;
+  fill(main, h('p', {}, h('a', { href: '/customers' }, '← All customers')),
+    h('h1', {}, 'Customer ', code(d.customerId)),
+    h('section', { class: 'stats' },
+      h('div', {}, h('h2', {}, 'Lifetime cost'), h('p', { class: 'stat' }, usd(d.cost.lifetimeCostMicrodollars))),
+      h('div', {}, h('h2', {}, 'Events'), h('p', { class: 'stat' }, String(d.cost.eventCount))),
+      h('div', {}, h('h2', {}, 'Remaining'), h('p', { class: 'stat' }, usd(b.remainingMicrodollars)))),
+    h('table', {}, h('caption', {}, 'Unit economics'), h('tbody', {},
+      [['Plan', d.binding.planRef], ['Status', d.binding.status], ['Cap', usd(b.maxMicrodollars)],
+        ['Spend', usd(b.spendMicrodollars)], ['Cap used', percent(b.spendMicrodollars, b.maxMicrodollars)],
+        ['Margin target', d.binding.marginTargetPercent != null ? `${d.binding.marginTargetPercent}%` : '—'],
+        ['Latest budget check', d.latestBudgetCheck.decision || '—'], ['Checked at', time(d.latestBudgetCheck.at)],
+        ['Enforced on this instance', b.propagated ? 'yes' : 'not yet']]
+        .map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v))))));
 }

@@ -1,5 +1,6 @@
 //! Customer bindings on the control plane (not in the spec, which has no way to
-//! change a binding's status): `GET /api/customer-bindings` (session viewer) and
+//! change a binding's status): `GET /api/customer-bindings` and
+//! `GET /api/customer-bindings/{customerId}` (unit economics; session viewer) and
 //! `POST /api/customer-bindings/{customerId}/suspend|archive|reactivate` (session
 //! admin). A suspended or archived binding makes gate answer `bind_not_found` and
 //! bind answer 409 `binding_inactive`; reactivating makes it `active` again. The
@@ -26,6 +27,27 @@ pub async fn list_bindings(state: web::Data<AppState>, auth: SessionAuth) -> Res
     auth.require(Role::Viewer)?;
     let rows = bindings::list(&state.pool, &auth.org.id).await?;
     Ok(HttpResponse::Ok().json(json!({ "data": rows.iter().map(BindingView::from).collect::<Vec<_>>() })))
+}
+
+#[utoipa::path(get, path = "/api/customer-bindings/{customerId}", tag = "customers", security(("session" = [])),
+    params(("customerId" = String, Path, description = "The customer id")),
+    description = "Session, viewer and above. The customer's unit economics, in the shape of the proxy's `GET /v1/customers/{customerId}/unit-economics`.",
+    responses((status = 200, description = "`{ data: { customerId, binding, budget, cost, latestBudgetCheck } }`"),
+        (status = 400, description = "invalid_customer_id"), (status = 401, description = "authentication_required"),
+        (status = 404, description = "not_found: no binding of this customer in the organization")))]
+#[get("/customer-bindings/{customerId}")]
+pub async fn get_binding(
+    state: web::Data<AppState>,
+    auth: SessionAuth,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    auth.require(Role::Viewer)?;
+    let customer = customers::customer_id(Some(&path.into_inner()))?;
+    let binding = bindings::find(&state.pool, &auth.org.id, &customer)
+        .await?
+        .ok_or_else(|| ApiError::not_found("Binding"))?;
+    let figures = crate::unit_economics::of(&state, &auth.org.id, &binding).await?;
+    Ok(HttpResponse::Ok().json(json!({ "data": figures })))
 }
 
 #[utoipa::path(post, path = "/api/customer-bindings/{customerId}/{transition}", tag = "customers",
@@ -59,9 +81,9 @@ pub async fn set_binding_status(
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(list_bindings).service(set_binding_status);
+    cfg.service(list_bindings).service(get_binding).service(set_binding_status);
 }
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(list_bindings, set_binding_status))]
+#[openapi(paths(list_bindings, get_binding, set_binding_status))]
 pub struct ApiDoc;

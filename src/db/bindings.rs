@@ -145,7 +145,8 @@ pub async fn lifetime_cost(pool: &Pool, org_id: &str, customer_id: &str) -> DbRe
     Ok((exact_sum::join(parts), count))
 }
 
-/// The latest gate decision recorded for a customer: (budget status, when).
+/// The latest gate decision recorded for a customer: (budget status, when). Refunds
+/// (negative `gate` events) are not decisions.
 pub async fn latest_gate_decision(
     pool: &Pool,
     org_id: &str,
@@ -156,6 +157,7 @@ pub async fn latest_gate_decision(
             .filter(cost_events::org_id.eq(org_id))
             .filter(cost_events::customer_id.eq(customer_id))
             .filter(cost_events::provider.eq(GATE_PROVIDER))
+            .filter(cost_events::cost_microdollars.ge(0))
             .order((cost_events::created_at.desc(), cost_events::id.desc()))
             .select((cost_events::budget_status, cost_events::created_at))
             .first(conn)

@@ -354,49 +354,5 @@ pub async fn unit_economics(
         return Err(hidden());
     }
     let binding = bindings::find(&state.pool, &key.org_id, &customer_id).await?.ok_or_else(hidden)?;
-    let live = remaining_snapshot(&state, &key, &customer_id).await;
-    let stored =
-        crate::db::budgets::find_by_entity(&state.pool, &key.org_id, "customer", &customer_id).await?;
-    let (lifetime, count) = bindings::lifetime_cost(&state.pool, &key.org_id, &customer_id).await?;
-    let latest = bindings::latest_gate_decision(&state.pool, &key.org_id, &customer_id).await?;
-    let budget = budget_figures(&binding, stored.as_ref(), live.as_ref());
-    let view = BindingView::from(&binding);
-    Ok(HttpResponse::Ok().json(json!({
-        "customerId": customer_id,
-        "binding": {
-            "bindingId": view.binding_id,
-            "planRef": view.plan_ref,
-            "budgetCapMicrodollars": view.budget_cap_microdollars,
-            "marginTargetPercent": view.margin_target_percent,
-            "status": view.status,
-        },
-        "budget": budget,
-        "cost": { "lifetimeCostMicrodollars": lifetime, "eventCount": count },
-        "latestBudgetCheck": {
-            "decision": latest.as_ref().map(|(d, _)| d.clone()),
-            "at": latest.map(|(_, at)| time::iso(at)),
-        },
-    })))
-}
-
-/// The customer's budget as stored (committed spend, every instance's), less what this
-/// instance holds in flight; `propagated` once the enforcer has loaded the cap.
-fn budget_figures(
-    binding: &CustomerBinding,
-    stored: Option<&Budget>,
-    live: Option<&BudgetSnapshot>,
-) -> Value {
-    let max = stored.map_or(binding.budget_cap_microdollars, |b| b.max_budget_microdollars);
-    let spend = stored.map_or(0, |b| b.spend_microdollars);
-    let in_flight = live.map_or(0, |s| s.reserved);
-    json!({
-        "maxMicrodollars": max,
-        "spendMicrodollars": spend,
-        "remainingMicrodollars": max.saturating_sub(spend).saturating_sub(in_flight).max(0),
-        "propagated": live.is_some_and(|s| s.limit == binding.budget_cap_microdollars),
-    })
-}
-
-async fn remaining_snapshot(state: &AppState, key: &KeyIdentity, customer: &str) -> Option<BudgetSnapshot> {
-    state.budgets.registry().snapshot(&customer_key(key, customer)).await.ok().flatten()
+    Ok(HttpResponse::Ok().json(crate::unit_economics::of(&state, &key.org_id, &binding).await?))
 }
