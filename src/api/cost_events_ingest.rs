@@ -15,6 +15,7 @@ use crate::api::schemas::{BatchIngested, IngestedEvent};
 use crate::auth::keys::{KeyAuth, KeyIdentity};
 use crate::db::bindings::GATE_PROVIDER;
 use crate::db::cost_events::{NewCostEvent, Outcome};
+use crate::db::models::CostEvent;
 use crate::error::{ApiError, Issues};
 use crate::idempotency;
 use crate::openapi::shared::Data;
@@ -207,18 +208,16 @@ pub(super) fn to_new_event(
     now: i64,
 ) -> NewCostEvent {
     let mut tags = key.default_tags.clone();
-    tags.extend(e.tags.unwrap_or_default());
-    let customer = e.customer.or_else(|| tags.get("customer").filter(|c| is_customer_id(c)).cloned());
-    let source = e.source.unwrap_or_else(|| "sdk".to_owned());
-    let event_type = e.event_type.unwrap_or_else(|| "custom".to_owned());
+    tags.extend(e.tags.clone().unwrap_or_default());
+    let customer = e.customer.clone().or_else(|| tags.get("customer").filter(|c| is_customer_id(c)).cloned());
     let mut event = event::build(
         EventSpec {
             key,
             request_id,
-            provider: e.provider,
-            model: e.model,
-            source: &source,
-            event_type: &event_type,
+            provider: e.provider.clone(),
+            model: e.model.clone(),
+            source: e.source.as_deref().unwrap_or("sdk"),
+            event_type: e.event_type.as_deref().unwrap_or("custom"),
             tags,
             customer,
             budget_status: "skipped",
@@ -227,7 +226,13 @@ pub(super) fn to_new_event(
         },
         false,
     );
-    let row = &mut event.row;
+    set_measured(&mut event.row, e);
+    event
+}
+
+/// What the caller measured: tokens, cost, durations, session, trace, tool and the
+/// cost breakdown.
+pub(super) fn set_measured(row: &mut CostEvent, e: CostEventInput) {
     row.input_tokens = e.input_tokens;
     row.output_tokens = e.output_tokens;
     row.cached_input_tokens = e.cached_input_tokens.unwrap_or(0);
@@ -245,7 +250,6 @@ pub(super) fn to_new_event(
         }
         v.to_string()
     });
-    event
 }
 
 fn outcome_json(o: &Outcome) -> (bool, serde_json::Value) {

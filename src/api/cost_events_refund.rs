@@ -11,7 +11,7 @@
 //! - one refund per request: a second one is the first one's duplicate (200, its id).
 
 use crate::accounting::event::{self, Dedup, EventSpec};
-use crate::api::cost_events_ingest::{to_new_event, CostEventInput};
+use crate::api::cost_events_ingest::{set_measured, CostEventInput};
 use crate::auth::keys::KeyIdentity;
 use crate::db::cost_events::NewCostEvent;
 use crate::db::{refunds, Pool};
@@ -48,7 +48,7 @@ pub async fn event(
     let mut built = event::build(
         EventSpec {
             key,
-            request_id: request_id.clone(),
+            request_id,
             provider: input.provider.clone(),
             model: input.model.clone(),
             source: input.source.as_deref().unwrap_or("api"),
@@ -61,18 +61,7 @@ pub async fn event(
         },
         false,
     );
-    // Measured figures (tokens, duration, breakdown...) as any ingested event has them.
-    let measured = to_new_event(key, input, request_id, now).row;
-    let row = &mut built.row;
-    row.input_tokens = measured.input_tokens;
-    row.output_tokens = measured.output_tokens;
-    row.cached_input_tokens = measured.cached_input_tokens;
-    row.reasoning_tokens = measured.reasoning_tokens;
-    row.cost_microdollars = measured.cost_microdollars;
-    row.duration_ms = measured.duration_ms;
-    row.session_id = measured.session_id;
-    row.trace_id = measured.trace_id;
-    row.cost_breakdown = measured.cost_breakdown;
+    set_measured(&mut built.row, input);
     Ok(built)
 }
 

@@ -71,8 +71,13 @@ fn etag(asset: &Asset) -> String {
     format!("\"{}\"", &hex::encode(Sha256::digest(asset.body))[..20])
 }
 
+/// Each file's [`etag`], computed once.
+static ETAGS: std::sync::LazyLock<Vec<(&'static str, String)>> =
+    std::sync::LazyLock::new(|| ASSETS.iter().map(|a| (a.path, etag(a))).collect());
+
 fn serve(req: &HttpRequest, asset: &'static Asset) -> HttpResponse {
-    let tag = etag(asset);
+    let tag =
+        ETAGS.iter().find(|(path, _)| *path == asset.path).map_or_else(|| etag(asset), |(_, t)| t.clone());
     let fresh = req
         .headers()
         .get(header::IF_NONE_MATCH)

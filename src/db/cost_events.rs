@@ -36,6 +36,7 @@ macro_rules! for_fixed_chunks {
         }
     }};
 }
+pub(crate) use for_fixed_chunks;
 
 /// A budget entity an event's spend counts against.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -306,8 +307,9 @@ fn saturating_add_spend(
 
 /// Commits a batch of events in ONE transaction: inserts the new ones (duplicates
 /// on (org, provider, dedup key) are skipped and reported with the original id),
-/// indexes their tags, adds them to the rollups (see [`super::rollups`]), adds their cost to every matched budget, and writes their
-/// `cost_event.created` and threshold events to the outbox.
+/// indexes their tags, adds them to the rollups (see [`super::rollups`]), adds their
+/// cost to every matched budget, and writes their `cost_event.created` and threshold
+/// events to the outbox.
 pub async fn commit_batch(
     pool: &Pool,
     outbox: &crate::outbox::Outbox,

@@ -306,60 +306,44 @@ where
 /// Upserts planned rollup rows (`$rows: &[RollupRow]`) inside the caller's
 /// transaction: new rows are inserted, existing ones get the sums added. Expanded
 /// for the sync SQLite and the async PostgreSQL connection like the commit itself
-/// (`$($aw)*` is `.await` or nothing). Chunks of 64, 8 and 1 rows keep the statement
-/// shapes few, so they stay prepared.
+/// (`$($aw)*` is `.await` or nothing). Chunks of 64, 8 and 1 rows (the commit's
+/// `for_fixed_chunks!`) keep the statement shapes few, so they stay prepared.
 macro_rules! upsert_rollups {
     ($conn:ident, $rows:expr, $($aw:tt)*) => {{
         use diesel::upsert::excluded;
         use $crate::db::schema::cost_rollups as r;
-        let mut rest: &[$crate::db::rollups::RollupRow] = $rows;
-        while !rest.is_empty() {
-            let n = if rest.len() >= 64 { 64 } else if rest.len() >= 8 { 8 } else { 1 };
-            let (head, tail) = rest.split_at(n);
-            rest = tail;
-            // Owned rows: the SQLite async wrapper needs a `'static` statement.
-            let owned: Vec<$crate::db::rollups::RollupRow> = head.to_vec();
-            macro_rules! run {
-                ($arr:expr) => {
-                    diesel::insert_into(r::table)
-                        .values($arr)
-                        .on_conflict((r::org_id, r::dim, r::name, r::grain, r::bucket, r::label1, r::label2, r::estimated))
-                        .do_update()
-                        .set((
-                            r::event_count.eq(r::event_count + excluded(r::event_count)),
-                            r::cost_hi.eq(r::cost_hi + excluded(r::cost_hi)),
-                            r::cost_lo.eq(r::cost_lo + excluded(r::cost_lo)),
-                            r::input_hi.eq(r::input_hi + excluded(r::input_hi)),
-                            r::input_lo.eq(r::input_lo + excluded(r::input_lo)),
-                            r::output_hi.eq(r::output_hi + excluded(r::output_hi)),
-                            r::output_lo.eq(r::output_lo + excluded(r::output_lo)),
-                            r::cached_hi.eq(r::cached_hi + excluded(r::cached_hi)),
-                            r::cached_lo.eq(r::cached_lo + excluded(r::cached_lo)),
-                            r::reasoning_hi.eq(r::reasoning_hi + excluded(r::reasoning_hi)),
-                            r::reasoning_lo.eq(r::reasoning_lo + excluded(r::reasoning_lo)),
-                            r::duration_hi.eq(r::duration_hi + excluded(r::duration_hi)),
-                            r::duration_lo.eq(r::duration_lo + excluded(r::duration_lo)),
-                            r::duration_count.eq(r::duration_count + excluded(r::duration_count)),
-                            r::bd_input_hi.eq(r::bd_input_hi + excluded(r::bd_input_hi)),
-                            r::bd_input_lo.eq(r::bd_input_lo + excluded(r::bd_input_lo)),
-                            r::bd_output_hi.eq(r::bd_output_hi + excluded(r::bd_output_hi)),
-                            r::bd_output_lo.eq(r::bd_output_lo + excluded(r::bd_output_lo)),
-                            r::bd_cached_hi.eq(r::bd_cached_hi + excluded(r::bd_cached_hi)),
-                            r::bd_cached_lo.eq(r::bd_cached_lo + excluded(r::bd_cached_lo)),
-                            r::bd_reasoning_hi.eq(r::bd_reasoning_hi + excluded(r::bd_reasoning_hi)),
-                            r::bd_reasoning_lo.eq(r::bd_reasoning_lo + excluded(r::bd_reasoning_lo)),
-                        ))
-                        .execute($conn) $($aw)* ?
-                };
-            }
-            if let Ok(arr) = <[$crate::db::rollups::RollupRow; 64]>::try_from(owned.clone()) {
-                run!(arr);
-            } else if let Ok(arr) = <[$crate::db::rollups::RollupRow; 8]>::try_from(owned.clone()) {
-                run!(arr);
-            } else if let Ok(arr) = <[$crate::db::rollups::RollupRow; 1]>::try_from(owned.clone()) {
-                run!(arr);
-            }
-        }
+        let refs: Vec<&$crate::db::rollups::RollupRow> = $rows.iter().collect();
+        $crate::db::cost_events::for_fixed_chunks!(refs.as_slice(), |chunk| {
+            diesel::insert_into(r::table)
+                .values(chunk)
+                .on_conflict((r::org_id, r::dim, r::name, r::grain, r::bucket, r::label1, r::label2, r::estimated))
+                .do_update()
+                .set((
+                    r::event_count.eq(r::event_count + excluded(r::event_count)),
+                    r::cost_hi.eq(r::cost_hi + excluded(r::cost_hi)),
+                    r::cost_lo.eq(r::cost_lo + excluded(r::cost_lo)),
+                    r::input_hi.eq(r::input_hi + excluded(r::input_hi)),
+                    r::input_lo.eq(r::input_lo + excluded(r::input_lo)),
+                    r::output_hi.eq(r::output_hi + excluded(r::output_hi)),
+                    r::output_lo.eq(r::output_lo + excluded(r::output_lo)),
+                    r::cached_hi.eq(r::cached_hi + excluded(r::cached_hi)),
+                    r::cached_lo.eq(r::cached_lo + excluded(r::cached_lo)),
+                    r::reasoning_hi.eq(r::reasoning_hi + excluded(r::reasoning_hi)),
+                    r::reasoning_lo.eq(r::reasoning_lo + excluded(r::reasoning_lo)),
+                    r::duration_hi.eq(r::duration_hi + excluded(r::duration_hi)),
+                    r::duration_lo.eq(r::duration_lo + excluded(r::duration_lo)),
+                    r::duration_count.eq(r::duration_count + excluded(r::duration_count)),
+                    r::bd_input_hi.eq(r::bd_input_hi + excluded(r::bd_input_hi)),
+                    r::bd_input_lo.eq(r::bd_input_lo + excluded(r::bd_input_lo)),
+                    r::bd_output_hi.eq(r::bd_output_hi + excluded(r::bd_output_hi)),
+                    r::bd_output_lo.eq(r::bd_output_lo + excluded(r::bd_output_lo)),
+                    r::bd_cached_hi.eq(r::bd_cached_hi + excluded(r::bd_cached_hi)),
+                    r::bd_cached_lo.eq(r::bd_cached_lo + excluded(r::bd_cached_lo)),
+                    r::bd_reasoning_hi.eq(r::bd_reasoning_hi + excluded(r::bd_reasoning_hi)),
+                    r::bd_reasoning_lo.eq(r::bd_reasoning_lo + excluded(r::bd_reasoning_lo)),
+                ))
+                .execute($conn) $($aw)* ?;
+        });
     }};
 }
 pub(crate) use upsert_rollups;
