@@ -5,7 +5,7 @@ use rand::Rng;
 use crate::config::WebhookSettings;
 use crate::db::models::{OutboxEvent, WebhookDelivery, WebhookEndpoint};
 use crate::db::webhooks::AttemptRecord;
-use crate::db::{DbResult, Pool};
+use crate::db::{DbError, DbResult, Pool};
 use crate::metrics::Metrics;
 use crate::webhooks::envelope::{self, Event};
 use crate::webhooks::schedule::{backoff, Attempt};
@@ -67,13 +67,12 @@ pub async fn attempt(
 ) -> DbResult<bool> {
     let now = crate::util::time::now_ms();
     let body = match &row {
-        Some(row) => body(&deps.pool, &deps.public_url, endpoint, row).await.ok(),
-        None => None,
+        Some(row) => body(&deps.pool, &deps.public_url, endpoint, row).await,
+        None => Err(DbError::NotFound),
     };
     let result = match body {
-        // The event (or the cost event it names) is gone: nothing can ever be sent.
-        None => Attempt::Permanent(None, "event no longer available".to_owned()),
-        Some(body) => {
+        Err(e) => unreadable(&e),
+        Ok(body) => {
             let call = Call {
                 url: &endpoint.url,
                 event_id: &envelope::event_id(&delivery.outbox_id),
@@ -91,6 +90,18 @@ pub async fn attempt(
     crate::db::webhooks::record_attempt(&deps.pool, &endpoint.id, &delivery.id, record, delivered, done)
         .await?;
     Ok(delivered)
+}
+
+/// The result of an attempt whose body could not be built.
+fn unreadable(e: &DbError) -> Attempt {
+    match e {
+        // The event (or the cost event it names, past the retention) is gone: nothing
+        // can ever be sent.
+        DbError::NotFound => Attempt::Permanent(None, "event no longer available".to_owned()),
+        // The database could not answer now (a pool timeout under load): a later
+        // attempt can, so this one is a retryable failure, not a final one.
+        e => Attempt::Retry(None, format!("event could not be read: {e}")),
+    }
 }
 
 /// The row update for an attempt's result (`jitter` in `[0, 1]`).
@@ -162,5 +173,15 @@ mod tests {
         let (r, _) = outcome(&s, Attempt::Permanent(Some(404), "HTTP 404".into()), 1, 10, 1.0);
         assert_eq!((r.status.as_str(), r.attempts), ("failed", 1));
         assert_eq!(label(&outcome(&s, Attempt::Retry(None, String::new()), 1, 0, 0.0).0), "retry");
+    }
+
+    #[test]
+    fn a_gone_event_fails_for_good_and_an_unreachable_database_is_retried() {
+        let s = settings();
+        let (r, _) = outcome(&s, unreadable(&DbError::NotFound), 1, 10, 1.0);
+        assert_eq!((r.status.as_str(), r.attempts), ("failed", 1));
+        let (r, _) = outcome(&s, unreadable(&DbError::Unavailable("pool timed out".into())), 1, 10, 1.0);
+        assert_eq!((r.status.as_str(), r.next_attempt_at), ("pending", 1_010));
+        assert!(r.last_error.as_deref().is_some_and(|e| e.contains("pool timed out")), "{r:?}");
     }
 }
