@@ -125,6 +125,14 @@ async fn compare_all(pool: &Pool, org: &str, now: i64) -> usize {
             let got = normalized(q::summary(pool, org, w, 5).await.unwrap());
             let want = normalized(scan::summary(pool, org, w, 5).await.unwrap());
             assert_eq!(got, want, "summary {ctx}");
+            for top in [0, 1, 3] {
+                let got = q::summary(pool, org, w, top).await.unwrap().traces;
+                assert_eq!(
+                    got,
+                    scan::summary(pool, org, w, top).await.unwrap().traces,
+                    "top {top} traces {ctx}"
+                );
+            }
             assert!(want.totals.count > 0, "{ctx}: the window is empty, the test would prove nothing");
             for grouping in
                 [Grouping::ApiKey, Grouping::Tag("team"), Grouping::Tag("customer"), Grouping::Tag("nope")]

@@ -466,16 +466,16 @@ macro_rules! load_events_body {
 /// from hour rows, and what is left at either edge (under an hour each) from raw
 /// events. `until: None` is open-ended.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-struct Cover {
+pub(crate) struct Cover {
     /// Day buckets `[from, to)`.
-    days: Option<(i64, i64)>,
+    pub(crate) days: Option<(i64, i64)>,
     /// Hour buckets `[from, to)`, before and after the days.
-    hours: Vec<(i64, i64)>,
+    pub(crate) hours: Vec<(i64, i64)>,
     /// Milliseconds `[from, to)` read from raw events.
-    raw: Vec<(i64, i64)>,
+    pub(crate) raw: Vec<(i64, i64)>,
 }
 
-fn cover(since: i64, until: Option<i64>) -> Cover {
+pub(crate) fn cover(since: i64, until: Option<i64>) -> Cover {
     let mut c = Cover::default();
     let h0 = ceil_div(since, HOUR_MS);
     let h1 = until.map(|u| u.div_euclid(HOUR_MS));
@@ -573,7 +573,28 @@ pub async fn window_between(
                 }));
             }
         }
-        for &(from, to) in &c.raw {
+        Ok::<_, crate::db::DbError>(())
+    })?;
+    out.extend(raw_rows(pool, org_id, &c.raw, exclude_estimated, specs).await?);
+    Ok(out)
+}
+
+/// The rows of `specs` aggregated from the organization's raw events created in
+/// each of `ranges` (milliseconds `[from, to)`, each under an hour).
+pub(crate) async fn raw_rows(
+    pool: &Pool,
+    org_id: &str,
+    ranges: &[(i64, i64)],
+    exclude_estimated: bool,
+    specs: &[Spec<'_>],
+) -> DbResult<Vec<WindowRow>> {
+    use diesel_async::RunQueryDsl;
+    let mut out = Vec::new();
+    if ranges.is_empty() {
+        return Ok(out);
+    }
+    with_conn!(pool, read, |conn| {
+        for &(from, to) in ranges {
             let (events, tags) = load_events_body!(conn, org_id, from, to)?;
             out.extend(edge_rows(&aggregate_loaded(&events, &tags), specs, exclude_estimated));
         }
