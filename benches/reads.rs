@@ -12,7 +12,9 @@
 //! marks the rollup back-fill pending, starts the release server (which back-fills
 //! the rollups from the raw events before it listens, the same path a database from
 //! before the rollups takes), then times each read over HTTP: median of 5 (after one
-//! warm-up). Reported, not asserted.
+//! warm-up). Reported, not asserted. Besides the dashboard reads: budget spend
+//! sources (API key, tag, customer budgets, all time) and the margins' unmatched
+//! list (all-time cost per `customer` tag value), which read the rollups too.
 //!
 //! Run: `cargo bench --bench reads` (SQLite); `READS_BENCH_BACKEND=postgres` for
 //! PostgreSQL at 127.0.0.1:5432; `READS_BENCH_EVENTS=10000000` for 10M (default 1M).
@@ -148,6 +150,21 @@ async fn load(pool: &Pool, org: &str, keys: &[String], n: usize, now: i64) {
     }
 }
 
+/// Creates a budget (no reset: its sources cover all time); returns its id.
+async fn budget(http: &reqwest::Client, base: &str, entity_type: &str, entity_id: &str) -> String {
+    let body = json!({ "entityType": entity_type, "entityId": entity_id, "maxBudgetMicrodollars": 1_000_000_000_000_i64 });
+    let r: Value = http
+        .post(format!("{base}/api/budgets"))
+        .json(&body)
+        .send()
+        .await
+        .expect("budget")
+        .json()
+        .await
+        .expect("json");
+    r["data"]["id"].as_str().unwrap_or_else(|| panic!("budget: {r}")).to_owned()
+}
+
 /// Median of 5 timed GETs (after one warm-up) of `path`.
 async fn time(http: &reqwest::Client, base: &str, path: &str) -> Duration {
     let get = || async {
@@ -177,6 +194,8 @@ async fn run(label: &str, db_url: &str, n: usize) {
     let t = Instant::now();
     load(&pool, &org, &keys, n, now).await;
     exec(&pool, "UPDATE rollup_backfill SET done_at = NULL").await;
+    // Margins are a paid-tier read.
+    exec(&pool, "UPDATE organizations SET plan = 'pro'").await;
     let loaded = t.elapsed();
     drop(pool);
 
@@ -208,6 +227,16 @@ async fn run(label: &str, db_url: &str, n: usize) {
         format!("/api/cost-events/sessions/{session}"),
         "/api/cost-events/tag-keys".to_owned(),
     ];
+    let mut reads = reads.to_vec();
+    for (entity_type, entity_id) in [
+        ("api_key", format!("svc_key_{}", keys[0])),
+        ("tag", "team=team-7".to_owned()),
+        ("customer", "cust-7".to_owned()),
+    ] {
+        let id = budget(&http, &base, entity_type, &entity_id).await;
+        reads.push(format!("/api/budgets/{id}/sources"));
+    }
+    reads.push("/api/margins/unmatched".to_owned());
     for path in &reads {
         let median = time(&http, &base, path).await;
         println!("{label:<9} {:>9.1} ms  GET {path}", median.as_secs_f64() * 1000.0);

@@ -880,6 +880,9 @@ async fn sources_break_spend_down_by_key_and_model() {
     for e in events {
         insert_event(&app, e).await;
     }
+    // Inserted behind the commit's back: the rollups the sources are read from are
+    // rebuilt from them.
+    app.rebuild_rollups().await;
 
     let r = c.get(&sources(&key_budget)).await;
     assert_eq!(r.status, 200, "{r:?}");

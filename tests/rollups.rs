@@ -4,7 +4,10 @@
 //! with the reference scans (`db::cost_event_scans`), including events placed on
 //! each window's partial first hour and first day. Also: the rollups the commits
 //! kept equal a rebuild from the raw events, and retention deletes old raw events
-//! without changing any answer.
+//! without changing any answer. The budget spend sources, the margins' costs, the
+//! unpriced models and the plan cap's count are compared the same way, on windows
+//! with arbitrary edges at both ends; a back-fill of the dimensions they added
+//! rebuilds those only.
 
 use std::collections::BTreeSet;
 
@@ -122,6 +125,14 @@ async fn compare_all(pool: &Pool, org: &str, now: i64) -> usize {
             let got = normalized(q::summary(pool, org, w, 5).await.unwrap());
             let want = normalized(scan::summary(pool, org, w, 5).await.unwrap());
             assert_eq!(got, want, "summary {ctx}");
+            for top in [0, 1, 3] {
+                let got = q::summary(pool, org, w, top).await.unwrap().traces;
+                assert_eq!(
+                    got,
+                    scan::summary(pool, org, w, top).await.unwrap().traces,
+                    "top {top} traces {ctx}"
+                );
+            }
             assert!(want.totals.count > 0, "{ctx}: the window is empty, the test would prove nothing");
             for grouping in
                 [Grouping::ApiKey, Grouping::Tag("team"), Grouping::Tag("customer"), Grouping::Tag("nope")]
@@ -154,6 +165,98 @@ async fn compare_all(pool: &Pool, org: &str, now: i64) -> usize {
         assert_eq!(got, want, "tag keys since {days}d");
     }
     compared
+}
+
+async fn distinct_of(pool: &Pool, column: &str) -> Vec<String> {
+    use diesel::sql_types::{Nullable, Text};
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct V {
+        #[diesel(sql_type = Nullable<Text>)]
+        v: Option<String>,
+    }
+    let q = format!("SELECT DISTINCT {column} AS v FROM cost_events");
+    let r: Result<Vec<V>, spendgate::db::DbError> = async {
+        spendgate::with_conn!(pool, read, |conn| Ok(diesel::sql_query(q.as_str()).load(conn).await?))
+    }
+    .await;
+    r.unwrap().into_iter().filter_map(|v| v.v).collect()
+}
+
+/// Compares the reads moved onto the rollups (budget spend sources, margins,
+/// unpriced models, plan count) with their old scans; returns how many answers
+/// were not empty.
+async fn compare_moved(pool: &Pool, org: &str, now: i64) -> usize {
+    compare_new_dims(pool, org, now).await + compare_margins(pool, org, now).await
+}
+
+/// The reads on the dimensions the spend-sources migration added: budget spend
+/// sources, unpriced models (tag spend sources), plan count.
+async fn compare_new_dims(pool: &Pool, org: &str, now: i64) -> usize {
+    use spendgate::db::budgets::{self, SpendFilter};
+    use spendgate::db::unpriced;
+    let mut filled = 0;
+    let mut filters = vec![
+        SpendFilter::User("u1".into()),
+        SpendFilter::User("u2".into()),
+        SpendFilter::User("nobody".into()),
+        SpendFilter::Tag { key: "nope".into(), value: "x".into() },
+        SpendFilter::Tag { key: "_svc_unknown_model".into(), value: "true".into() },
+    ];
+    filters.extend(distinct_of(pool, "api_key_id").await.into_iter().map(SpendFilter::ApiKey));
+    filters.extend(distinct_of(pool, "customer_id").await.into_iter().map(SpendFilter::Customer));
+    filters.extend((0..4).map(|i| SpendFilter::Tag { key: "team".into(), value: format!("t{i}") }));
+    filters.extend((0..3).map(|i| SpendFilter::Tag { key: "customer".into(), value: format!("c{i}") }));
+    let odd = now - 30 * DAY_MS + 1_234_567;
+    for since in [None, Some(now - 7 * DAY_MS), Some(odd), Some(now - 90 * DAY_MS)] {
+        for f in &filters {
+            let got = budgets::spend_sources(pool, org, f, since).await.unwrap();
+            let want = scan::spend_sources(pool, org, f, since).await.unwrap();
+            assert_eq!(got, want, "spend sources {f:?} since {since:?}");
+            filled += usize::from(!want.is_empty());
+        }
+    }
+    for since in [now - 7 * DAY_MS, odd, now - 90 * DAY_MS, 0] {
+        for org_id in [Some(org), None, Some("other")] {
+            let got = unpriced::recent(pool, org_id, since).await.unwrap();
+            let want = scan::unpriced_recent(pool, org_id, since).await.unwrap();
+            assert_eq!(got, want, "unpriced {org_id:?} since {since}");
+            filled += usize::from(!want.is_empty());
+        }
+        let got = spendgate::proxy::plan::recorded_since(pool, org, since).await.unwrap();
+        assert_eq!(got, scan::governed_since(pool, org, since).await.unwrap(), "plan count since {since}");
+        filled += usize::from(got > 0);
+    }
+    filled
+}
+
+/// The margins' costs (from `tag_model`) on windows with arbitrary edges.
+async fn compare_margins(pool: &Pool, org: &str, now: i64) -> usize {
+    use spendgate::db::margins;
+    let mut filled = 0;
+    let odd = now - 30 * DAY_MS + 1_234_567;
+    let windows = [
+        (0, i64::MAX),
+        (now - 30 * DAY_MS, now - 7 * DAY_MS),
+        (now - 90 * DAY_MS + 12_345, now - 7 * DAY_MS - 54_321),
+        (odd, odd + 2 * HOUR_MS + 17),
+        (odd, odd + 1_000),
+        (now - 99 * DAY_MS, now + DAY_MS),
+    ];
+    for (from, to) in windows {
+        for key in ["team", "customer", "nope"] {
+            let got = margins::cost_by_tag_value(pool, org, key, from, to).await.unwrap();
+            let want = scan::cost_by_tag_value(pool, org, key, from, to).await.unwrap();
+            assert_eq!(got, want, "margins by value {key} [{from}, {to})");
+            filled += usize::from(!want.is_empty());
+        }
+        for (key, value) in [("team", "t1"), ("customer", "c3"), ("team", "none")] {
+            let got = margins::cost_by_model(pool, org, key, value, from, to).await.unwrap();
+            let want = scan::cost_by_model(pool, org, (key, value), from, to).await.unwrap();
+            assert_eq!(got, want, "margins by model {key}={value} [{from}, {to})");
+        }
+    }
+    filled
 }
 
 type RollupEntry =
@@ -252,8 +355,10 @@ async fn rollups_answer_exactly_what_the_scans_answered() {
     app.exec_sql("UPDATE cost_events SET api_key_id = NULL WHERE id IN (SELECT id FROM cost_events ORDER BY dedup_key DESC LIMIT 25)").await;
     app.exec_sql(&format!("UPDATE cost_events SET cost_microdollars = -750000 WHERE id = '{}'", ids[5]))
         .await;
+    vary_moved_fields(&app).await;
     app.rebuild_rollups().await;
     assert!(compare_all(&pool, &org, now).await > 0);
+    assert!(compare_moved(&pool, &org, now).await > 40, "the moved reads' answers are mostly empty");
 
     // New events on top of rebuilt rows.
     ingest(&keys, &mut rng, 60).await;
@@ -261,6 +366,57 @@ async fn rollups_answer_exactly_what_the_scans_answered() {
     app.rebuild_rollups().await;
     assert_same_rollups(&all_rollups(&pool).await, &kept, "incremental rollups against a rebuild");
     assert!(compare_all(&pool, &org, spendgate::util::time::now_ms()).await > 0);
+    assert!(compare_moved(&pool, &org, spendgate::util::time::now_ms()).await > 40);
+}
+
+/// What the moved reads filter on that ingestion does not vary: users, the
+/// unknown-model tag (with its events' creation time), refused proxied calls.
+async fn vary_moved_fields(app: &TestApp) {
+    app.exec_sql("UPDATE cost_events SET user_id = 'u1' WHERE id IN (SELECT id FROM cost_events ORDER BY request_id LIMIT 70)").await;
+    app.exec_sql("UPDATE cost_events SET user_id = 'u2' WHERE id IN (SELECT id FROM cost_events ORDER BY dedup_key LIMIT 30)").await;
+    app.exec_sql(
+        "INSERT INTO cost_event_tags (event_id, org_id, tag_key, tag_value, created_at) \
+         SELECT id, org_id, '_svc_unknown_model', 'true', created_at FROM cost_events \
+         WHERE id IN (SELECT id FROM cost_events ORDER BY request_id DESC LIMIT 50)",
+    )
+    .await;
+    app.exec_sql("UPDATE cost_events SET budget_status = 'denied' WHERE source = 'proxy' AND id IN (SELECT id FROM cost_events ORDER BY id DESC LIMIT 80)").await;
+}
+
+#[tokio::test]
+async fn new_dimensions_are_back_filled_alone() {
+    let mut app = TestApp::start().await;
+    let keys = setup(&app).await;
+    let mut rng = StdRng::seed_from_u64(21);
+    ingest(&keys, &mut rng, 80).await;
+    vary_moved_fields(&app).await;
+    app.rebuild_rollups().await;
+    let pool = Pool::connect(&app.db.url, 2).unwrap();
+    let kept = all_rollups(&pool).await;
+
+    // A database from before the migration: no rows of the new dimensions, their
+    // back-fill pending. One raw event is gone (as retention would have it): the
+    // rows of the older dimensions still count it, and must keep doing so.
+    let new_dims = "('spend_key', 'spend_user', 'spend_customer', 'spend_tag', 'governed')";
+    let rows = app
+        .query_n(&format!("SELECT COUNT(*) AS n FROM cost_rollups WHERE dim IN {new_dims} AND grain = 'd'"))
+        .await;
+    assert!(rows > 10, "the new dimensions hold rows");
+    app.exec_sql(&format!("DELETE FROM cost_rollups WHERE dim IN {new_dims}")).await;
+    app.exec_sql("UPDATE rollup_backfill SET done_at = NULL WHERE id = 2").await;
+    app.exec_sql("DELETE FROM cost_event_tags WHERE event_id = (SELECT MIN(id) FROM cost_events)").await;
+    app.exec_sql("DELETE FROM cost_events WHERE id = (SELECT MIN(id) FROM cost_events)").await;
+    app.restart();
+
+    let now = all_rollups(&pool).await;
+    let old_dims = |rows: &[RollupEntry]| -> Vec<RollupEntry> {
+        rows.iter().filter(|r| !new_dims.contains(&format!("'{}'", r.0 .1))).cloned().collect()
+    };
+    assert_same_rollups(&old_dims(&now), &old_dims(&kept), "older dimensions untouched by the back-fill");
+    assert!(now.len() > old_dims(&now).len(), "the new dimensions are back");
+    assert_eq!(app.query_n("SELECT COUNT(*) AS n FROM rollup_backfill WHERE done_at IS NULL").await, 0);
+    let org = org_of(&pool).await;
+    assert!(compare_new_dims(&pool, &org, spendgate::util::time::now_ms()).await > 10);
 }
 
 #[tokio::test]
@@ -284,9 +440,11 @@ async fn retention_deletes_old_raw_events_and_keeps_the_rollups() {
          (SELECT e.created_at FROM cost_events e WHERE e.id = cost_event_tags.event_id)",
     )
     .await;
+    vary_moved_fields(&app).await;
     app.rebuild_rollups().await;
     let all_time = Window { since: 0, exclude_estimated: false };
     let recent = Window { since: spendgate::util::time::now_ms() - 30 * DAY_MS, exclude_estimated: false };
+    let moved_before = moved_answers(&pool, &org).await;
     let before = normalized(q::summary(&pool, &org, all_time, 5).await.unwrap());
     let before_recent = normalized(q::summary(&pool, &org, recent, 5).await.unwrap());
     assert_eq!(before.totals.count, 80);
@@ -318,6 +476,46 @@ async fn retention_deletes_old_raw_events_and_keeps_the_rollups() {
     assert_eq!(scan::summary(&pool, &org, all_time, 5).await.unwrap().totals.count, 40);
     assert_eq!(normalized(q::summary(&pool, &org, all_time, 5).await.unwrap()), before);
     assert_eq!(normalized(q::summary(&pool, &org, recent, 5).await.unwrap()), before_recent);
+    let moved_after = moved_answers(&pool, &org).await;
+    assert_eq!(moved_after, moved_before, "budget sources, margins, unpriced counts and plan count survive");
+    let scanned = scan::spend_sources(&pool, &org, &moved_filter(&pool).await, None).await.unwrap();
+    assert_ne!(moved_after.0, scanned, "the old scan would have lost the deleted events");
     let r = app.login("owner@example.com").await.get("/api/cost-events/summary?period=90d").await;
     assert_eq!(r.status, 200, "{r:?}");
+}
+
+/// The API key with the most events: its spend sources span old and new events.
+async fn moved_filter(pool: &Pool) -> spendgate::db::budgets::SpendFilter {
+    let keys = distinct_of(pool, "api_key_id").await;
+    spendgate::db::budgets::SpendFilter::ApiKey(keys.into_iter().max().expect("a key"))
+}
+
+type MovedAnswers = (
+    Vec<spendgate::db::budgets::SpendSource>,
+    Vec<(String, i64, i64)>,
+    Vec<(String, String, i64, Option<i64>)>,
+    i64,
+);
+
+/// All-time answers of the moved reads; unpriced sightings to the hour (the raw
+/// events that pin the millisecond may be gone: the live read looks back 7 days).
+async fn moved_answers(pool: &Pool, org: &str) -> MovedAnswers {
+    use spendgate::db::{budgets, margins, unpriced};
+    let sources = budgets::spend_sources(pool, org, &moved_filter(pool).await, None).await.unwrap();
+    let mut by_value: Vec<(String, i64, i64)> = margins::cost_by_tag_value(pool, org, "team", 0, i64::MAX)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(v, c)| (v, c.cost, c.requests))
+        .collect();
+    by_value.sort();
+    let mut unpriced: Vec<_> = unpriced::recent(pool, Some(org), 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.provider, m.model, m.calls, m.last_seen_ms.map(|t| t.div_euclid(HOUR_MS))))
+        .collect();
+    unpriced.sort();
+    let plan = spendgate::proxy::plan::recorded_since(pool, org, 0).await.unwrap();
+    (sources, by_value, unpriced, plan)
 }

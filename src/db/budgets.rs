@@ -1,25 +1,23 @@
 //! Budget rows: the upsert behind `POST /api/budgets` (under the tier's budget count),
 //! the organization's list, delete, manual reset, the rows of one API key's entities,
-//! and the cost events that make up a budget's spend.
+//! and the cost events that make up a budget's spend (from the rollups).
 //!
 //! `entity_id` is stored in its wire form (`svc_usr_<uuid>`, `svc_key_<uuid>`,
 //! `key=value`, the customer identifier): the column is shared by four kinds of
 //! entity, and the same string names the entity in headers and webhooks.
 //! `threshold_percentages` is a JSON array of integers.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use diesel::dsl::{case_when, count_star};
+use diesel::dsl::case_when;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use diesel::upsert::excluded;
 use diesel_async::RunQueryDsl;
 
-use crate::db::exact_sum::{self, SumParts};
 use crate::db::models::Budget;
-use crate::db::schema::{
-    api_keys, budget_changes, budget_reservations, budgets, cost_event_tags, cost_events, organizations,
-};
+use crate::db::rollups::{self, Spec, Sums};
+use crate::db::schema::{api_keys, budget_changes, budget_reservations, budgets, organizations};
 use crate::db::{DbResult, Pool};
 use crate::{with_conn, with_tx};
 
@@ -313,60 +311,44 @@ pub struct SpendSource {
 }
 
 /// The organization's cost events matching `filter` since `since` (all time when
-/// `None`), grouped by API key, provider and model, costliest first.
+/// `None`), grouped by API key, provider and model, costliest first. From the
+/// rollups (`spend_*` dimensions, see [`rollups`]), so events that retention
+/// deleted still count.
 pub async fn spend_sources(
     pool: &Pool,
     org_id: &str,
     filter: &SpendFilter,
     since: Option<i64>,
 ) -> DbResult<Vec<SpendSource>> {
-    let mut rows: Vec<SpendSource> = with_conn!(pool, read, |conn| {
-        let mut query = cost_events::table
-            .group_by((cost_events::api_key_id, cost_events::provider, cost_events::model))
-            .select((
-                cost_events::api_key_id,
-                cost_events::provider,
-                cost_events::model,
-                // Exact and overflow-proof on both backends.
-                exact_sum::parts("cost_events.cost_microdollars"),
-                count_star(),
-            ))
-            .filter(cost_events::org_id.eq(org_id))
-            .into_boxed();
-        if let Some(since) = since {
-            query = query.filter(cost_events::created_at.ge(since));
+    let spec = match filter {
+        SpendFilter::User(id) => Spec { dim: rollups::SPEND_USER, name: Some(id), label1: Some("") },
+        SpendFilter::ApiKey(id) => Spec { dim: rollups::SPEND_KEY, name: Some(id), label1: Some("") },
+        SpendFilter::Customer(id) => Spec { dim: rollups::SPEND_CUSTOMER, name: Some(id), label1: Some("") },
+        SpendFilter::Tag { key, value } => {
+            Spec { dim: rollups::SPEND_TAG, name: Some(key), label1: Some(value) }
         }
-        query = match filter {
-            SpendFilter::User(id) => query.filter(cost_events::user_id.eq(id)),
-            SpendFilter::ApiKey(id) => query.filter(cost_events::api_key_id.eq(id)),
-            SpendFilter::Customer(id) => query.filter(cost_events::customer_id.eq(id)),
-            SpendFilter::Tag { key, value } => query.filter(
-                cost_events::id.eq_any(
-                    cost_event_tags::table
-                        .filter(cost_event_tags::org_id.eq(org_id))
-                        .filter(cost_event_tags::tag_key.eq(key))
-                        .filter(cost_event_tags::tag_value.eq(value))
-                        .select(cost_event_tags::event_id),
-                ),
-            ),
-        };
-        query.load::<(Option<String>, String, String, SumParts, i64)>(conn).await
-    })?
-    .into_iter()
-    .map(|(api_key_id, provider, model, cost, request_count)| SpendSource {
-        api_key_id,
-        provider,
-        model,
-        total_cost_microdollars: exact_sum::join(cost),
-        request_count,
-    })
-    .collect();
-    rows.sort_by(|a, b| {
+    };
+    let window = (since.unwrap_or(i64::MIN), None);
+    let rows = rollups::window_between(pool, org_id, window, false, &[spec]).await?;
+    let mut by_source: BTreeMap<&str, Sums> = BTreeMap::new();
+    for r in &rows {
+        by_source.entry(&r.label2).or_default().add(&r.sums);
+    }
+    let mut out: Vec<SpendSource> = by_source
+        .into_iter()
+        .filter(|(_, s)| s.count != 0)
+        .filter_map(|(label, s)| {
+            let (api_key_id, provider, model) = rollups::parse_source_label(label)?;
+            let (total_cost_microdollars, request_count) = (rollups::sat(s.cost), rollups::sat(s.count));
+            Some(SpendSource { api_key_id, provider, model, total_cost_microdollars, request_count })
+        })
+        .collect();
+    out.sort_by(|a, b| {
         b.total_cost_microdollars
             .cmp(&a.total_cost_microdollars)
             .then_with(|| (&a.api_key_id, &a.provider, &a.model).cmp(&(&b.api_key_id, &b.provider, &b.model)))
     });
-    Ok(rows)
+    Ok(out)
 }
 
 /// Names of an organization's API keys by bare id, revoked keys included (their

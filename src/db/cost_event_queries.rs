@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use crate::db::exact_sum::{self, join, SumParts};
 use crate::db::models::CostEvent;
+use crate::db::rollup_top;
 use crate::db::rollups::{
     self, sat, Spec, Sums, WindowRow, KEY_MODEL, MODEL, SOURCE, TAG_KEY, TAG_MODEL, TOOL, TOTAL, TRACE,
 };
@@ -489,7 +490,7 @@ fn by_cost_desc(groups: &mut [LabelTotal]) {
 /// The spend summary of an organization's events in `window`; `top_traces` caps
 /// the trace list. From the rollups (see [`rollups::window`]).
 pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64) -> DbResult<Summary> {
-    let specs = [TOTAL, MODEL, KEY_MODEL, SOURCE, TOOL, TRACE].map(all_of);
+    let specs = [TOTAL, MODEL, KEY_MODEL, SOURCE, TOOL].map(all_of);
     let rows = rollups::window(pool, org_id, window.since, window.exclude_estimated, &specs).await?;
     let total = fold(of_dim(&rows, TOTAL), |_| ()).remove(&()).unwrap_or_default();
     let models = fold(of_dim(&rows, MODEL), |r| (r.label1.clone(), r.label2.clone()))
@@ -525,9 +526,12 @@ pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64)
             duration_count: sat(s.duration_count),
         })
         .collect();
-    let mut traces = labelled(TRACE, false);
-    by_cost_desc(&mut traces);
-    traces.truncate(usize::try_from(top_traces).unwrap_or(0));
+    let top = usize::try_from(top_traces).unwrap_or(0);
+    let traces = rollup_top::top_labels(pool, org_id, (window.since, window.exclude_estimated), TRACE, top)
+        .await?
+        .into_iter()
+        .map(|(label, s)| label_total(Some(label), &s))
+        .collect();
     let [input, output, cached, reasoning] = total.breakdown.map(sat);
     Ok(Summary {
         totals: totals_of(&total),

@@ -1,20 +1,27 @@
 //! The raw-event scans that answered summary, attribution and the recent tag keys
 //! before the rollups (see [`super::rollups`]). The server no longer calls them: they
 //! are the reference that the equivalence test (`tests/rollups.rs`) compares every
-//! rollup-backed answer with, on random data and on both backends.
+//! rollup-backed answer with, on random data and on both backends. The same holds
+//! for the budget spend sources, the margins' costs, the unpriced models and the
+//! plan cap's count, which scanned raw events until they moved onto the rollups too.
 
-use diesel::dsl::sql;
+use std::collections::HashMap;
+
+use diesel::dsl::{count_star, max, sql};
 use diesel::expression::SqlLiteral;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Text};
 use diesel_async::RunQueryDsl;
 
+use crate::db::budgets::{SpendFilter, SpendSource};
 use crate::db::cost_event_queries::{
     Attribution, AttributionDetail, BreakdownTotals, DayTotal, Grouping, LabelTotal, Member, ModelTotal,
     Summary, ToolTotal, Totals, Window,
 };
 use crate::db::exact_sum::{self, join, SumParts};
+use crate::db::margins::CostCount;
 use crate::db::schema::{cost_event_tags, cost_events};
+use crate::db::unpriced::{UnpricedModel, MAX_LISTED, UNKNOWN_MODEL_TAG};
 use crate::db::{DbResult, Pool};
 use crate::with_conn;
 
@@ -348,5 +355,165 @@ pub async fn recent_tag_keys(pool: &Pool, org_id: &str, since: i64, max: i64) ->
             .limit(max)
             .load(conn)
             .await?)
+    })
+}
+
+/// Budget spend sources (see [`crate::db::budgets::spend_sources`]): the
+/// organization's events matching `filter` since `since`, grouped by API key,
+/// provider and model, costliest first.
+pub async fn spend_sources(
+    pool: &Pool,
+    org_id: &str,
+    filter: &SpendFilter,
+    since: Option<i64>,
+) -> DbResult<Vec<SpendSource>> {
+    let mut rows: Vec<SpendSource> = with_conn!(pool, read, |conn| {
+        let mut query = cost_events::table
+            .group_by((cost_events::api_key_id, cost_events::provider, cost_events::model))
+            .select((
+                cost_events::api_key_id,
+                cost_events::provider,
+                cost_events::model,
+                cost_sum(),
+                count_star(),
+            ))
+            .filter(cost_events::org_id.eq(org_id))
+            .into_boxed();
+        if let Some(since) = since {
+            query = query.filter(cost_events::created_at.ge(since));
+        }
+        query = match filter {
+            SpendFilter::User(id) => query.filter(cost_events::user_id.eq(id)),
+            SpendFilter::ApiKey(id) => query.filter(cost_events::api_key_id.eq(id)),
+            SpendFilter::Customer(id) => query.filter(cost_events::customer_id.eq(id)),
+            SpendFilter::Tag { key, value } => query.filter(
+                cost_events::id.eq_any(
+                    cost_event_tags::table
+                        .filter(cost_event_tags::org_id.eq(org_id))
+                        .filter(cost_event_tags::tag_key.eq(key))
+                        .filter(cost_event_tags::tag_value.eq(value))
+                        .select(cost_event_tags::event_id),
+                ),
+            ),
+        };
+        query.load::<(Option<String>, String, String, SumParts, i64)>(conn).await
+    })?
+    .into_iter()
+    .map(|(api_key_id, provider, model, cost, request_count)| SpendSource {
+        api_key_id,
+        provider,
+        model,
+        total_cost_microdollars: join(cost),
+        request_count,
+    })
+    .collect();
+    rows.sort_by(|a, b| {
+        b.total_cost_microdollars
+            .cmp(&a.total_cost_microdollars)
+            .then_with(|| (&a.api_key_id, &a.provider, &a.model).cmp(&(&b.api_key_id, &b.provider, &b.model)))
+    });
+    Ok(rows)
+}
+
+/// Margins: cost and requests per value of tag `tag_key` among events created in
+/// `[from, to)`.
+pub async fn cost_by_tag_value(
+    pool: &Pool,
+    org_id: &str,
+    tag_key: &str,
+    from: i64,
+    to: i64,
+) -> DbResult<HashMap<String, CostCount>> {
+    let rows: Vec<(String, SumParts, i64)> = with_conn!(pool, read, |conn| {
+        Ok::<_, crate::db::DbError>(
+            cost_event_tags::table
+                .inner_join(cost_events::table.on(cost_events::id.eq(cost_event_tags::event_id)))
+                .filter(cost_event_tags::org_id.eq(org_id))
+                .filter(cost_event_tags::tag_key.eq(tag_key))
+                .filter(cost_event_tags::created_at.ge(from))
+                .filter(cost_event_tags::created_at.lt(to))
+                .group_by(cost_event_tags::tag_value)
+                .select((cost_event_tags::tag_value, cost_sum(), count_star()))
+                .load(conn)
+                .await?,
+        )
+    })?;
+    Ok(rows.into_iter().map(|(v, cost, n)| (v, CostCount { cost: join(cost), requests: n })).collect())
+}
+
+/// Margins: cost and requests per model of the events tagged `tag_key=tag_value`
+/// in `[from, to)`, by model (the database's text order).
+pub async fn cost_by_model(
+    pool: &Pool,
+    org_id: &str,
+    (tag_key, tag_value): (&str, &str),
+    from: i64,
+    to: i64,
+) -> DbResult<Vec<(String, CostCount)>> {
+    let rows: Vec<(String, SumParts, i64)> = with_conn!(pool, read, |conn| {
+        Ok::<_, crate::db::DbError>(
+            cost_event_tags::table
+                .inner_join(cost_events::table.on(cost_events::id.eq(cost_event_tags::event_id)))
+                .filter(cost_event_tags::org_id.eq(org_id))
+                .filter(cost_event_tags::tag_key.eq(tag_key))
+                .filter(cost_event_tags::tag_value.eq(tag_value))
+                .filter(cost_event_tags::created_at.ge(from))
+                .filter(cost_event_tags::created_at.lt(to))
+                .group_by(cost_events::model)
+                .select((cost_events::model, cost_sum(), count_star()))
+                .order(cost_events::model)
+                .load(conn)
+                .await?,
+        )
+    })?;
+    Ok(rows.into_iter().map(|(m, cost, n)| (m, CostCount { cost: join(cost), requests: n })).collect())
+}
+
+/// The unpriced models (see [`crate::db::unpriced::recent`]) since `since_ms`, in
+/// `org_id` or every organization, most recently seen first, at most `MAX_LISTED`.
+pub async fn unpriced_recent(
+    pool: &Pool,
+    org_id: Option<&str>,
+    since_ms: i64,
+) -> DbResult<Vec<UnpricedModel>> {
+    let mut rows: Vec<UnpricedModel> = with_conn!(pool, read, |conn| {
+        let query = cost_events::table
+            .group_by((cost_events::provider, cost_events::model))
+            .select((cost_events::provider, cost_events::model, count_star(), max(cost_events::created_at)))
+            .filter(cost_events::created_at.ge(since_ms))
+            .into_boxed();
+        let tagged = cost_event_tags::table
+            .filter(cost_event_tags::tag_key.eq(UNKNOWN_MODEL_TAG))
+            .filter(cost_event_tags::created_at.ge(since_ms));
+        let query =
+            match org_id {
+                Some(org_id) => query.filter(cost_events::org_id.eq(org_id)).filter(cost_events::id.eq_any(
+                    tagged.filter(cost_event_tags::org_id.eq(org_id)).select(cost_event_tags::event_id),
+                )),
+                None => query.filter(cost_events::id.eq_any(tagged.select(cost_event_tags::event_id))),
+            };
+        query.load::<UnpricedModel>(conn).await
+    })?;
+    rows.sort_by(|a, b| {
+        b.last_seen_ms
+            .cmp(&a.last_seen_ms)
+            .then_with(|| (&a.provider, &a.model).cmp(&(&b.provider, &b.model)))
+    });
+    rows.truncate(MAX_LISTED);
+    Ok(rows)
+}
+
+/// The plan cap's seed: proxied, not refused requests of an organization since `since_ms`.
+pub async fn governed_since(pool: &Pool, org_id: &str, since_ms: i64) -> DbResult<i64> {
+    with_conn!(pool, read, |conn| {
+        let n: i64 = cost_events::table
+            .filter(cost_events::org_id.eq(org_id))
+            .filter(cost_events::source.eq("proxy"))
+            .filter(cost_events::budget_status.ne("denied"))
+            .filter(cost_events::created_at.ge(since_ms))
+            .count()
+            .get_result(conn)
+            .await?;
+        Ok(n)
     })
 }

@@ -1,16 +1,16 @@
 //! Storage of the margins side: customer mappings, the cost of a mapped customer
-//! tag per month (exact sums over `cost_events` and `cost_event_tags`), and the
+//! tag per month (exact sums from the `tag_model` rollups), and the
 //! last seen health tier that makes `margin.threshold_crossed` fire once per
 //! worsening.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 
-use crate::db::exact_sum::{self, SumParts};
 use crate::db::models::OutboxEvent;
-use crate::db::schema::{cost_event_tags, cost_events, customer_mappings, margin_tiers};
+use crate::db::rollups::{self, Spec, Sums};
+use crate::db::schema::{customer_mappings, margin_tiers};
 use crate::db::{DbError, DbResult, Pool};
 use crate::{with_conn, with_tx};
 
@@ -106,7 +106,8 @@ pub async fn delete_mapping(pool: &Pool, org_id: &str, id: &str) -> DbResult<boo
 }
 
 /// Cost and requests per value of tag `tag_key` among events created in
-/// `[from, to)` (milliseconds); `to = i64::MAX` for all time.
+/// `[from, to)` (milliseconds, any: both edges exact); `to = i64::MAX` for all time.
+/// From the `tag_model` rollups, so events deleted by retention still count.
 pub async fn cost_by_tag_value(
     pool: &Pool,
     org_id: &str,
@@ -114,28 +115,13 @@ pub async fn cost_by_tag_value(
     from: i64,
     to: i64,
 ) -> DbResult<HashMap<String, CostCount>> {
-    let (hi, lo) = exact_sum::parts("cost_events.cost_microdollars");
-    let rows: Vec<(String, i64, i64, i64)> = with_conn!(pool, read, |conn| {
-        Ok::<_, DbError>(
-            cost_event_tags::table
-                .inner_join(cost_events::table.on(cost_events::id.eq(cost_event_tags::event_id)))
-                .filter(cost_event_tags::org_id.eq(org_id))
-                .filter(cost_event_tags::tag_key.eq(tag_key))
-                .filter(cost_event_tags::created_at.ge(from))
-                .filter(cost_event_tags::created_at.lt(to))
-                .group_by(cost_event_tags::tag_value)
-                .select((cost_event_tags::tag_value, hi.clone(), lo.clone(), diesel::dsl::count_star()))
-                .load(conn)
-                .await?,
-        )
-    })?;
-    Ok(rows
-        .into_iter()
-        .map(|(v, hi, lo, n)| (v, CostCount { cost: exact_sum::join((hi, lo) as SumParts), requests: n }))
-        .collect())
+    let spec = Spec { dim: rollups::TAG_MODEL, name: Some(tag_key), label1: None };
+    let rows = rollups::window_between(pool, org_id, (from, Some(to)), false, &[spec]).await?;
+    Ok(cost_counts(rows.iter().map(|r| (r.label1.as_str(), &r.sums))).into_iter().collect())
 }
 
-/// Cost and requests per model of the events tagged `tag_key=tag_value` in `[from, to)`.
+/// Cost and requests per model (byte order) of the events tagged
+/// `tag_key=tag_value` in `[from, to)`, from the `tag_model` rollups.
 pub async fn cost_by_model(
     pool: &Pool,
     org_id: &str,
@@ -144,27 +130,24 @@ pub async fn cost_by_model(
     from: i64,
     to: i64,
 ) -> DbResult<Vec<(String, CostCount)>> {
-    let (hi, lo) = exact_sum::parts("cost_events.cost_microdollars");
-    let rows: Vec<(String, i64, i64, i64)> = with_conn!(pool, read, |conn| {
-        Ok::<_, DbError>(
-            cost_event_tags::table
-                .inner_join(cost_events::table.on(cost_events::id.eq(cost_event_tags::event_id)))
-                .filter(cost_event_tags::org_id.eq(org_id))
-                .filter(cost_event_tags::tag_key.eq(tag_key))
-                .filter(cost_event_tags::tag_value.eq(tag_value))
-                .filter(cost_event_tags::created_at.ge(from))
-                .filter(cost_event_tags::created_at.lt(to))
-                .group_by(cost_events::model)
-                .select((cost_events::model, hi.clone(), lo.clone(), diesel::dsl::count_star()))
-                .order(cost_events::model)
-                .load(conn)
-                .await?,
-        )
-    })?;
-    Ok(rows
+    let spec = Spec { dim: rollups::TAG_MODEL, name: Some(tag_key), label1: Some(tag_value) };
+    let rows = rollups::window_between(pool, org_id, (from, Some(to)), false, &[spec]).await?;
+    Ok(cost_counts(rows.iter().map(|r| (r.label2.as_str(), &r.sums))))
+}
+
+/// Window rows added up by a label, groups without events left out.
+fn cost_counts<'a>(rows: impl Iterator<Item = (&'a str, &'a Sums)>) -> Vec<(String, CostCount)> {
+    let mut by_label: BTreeMap<&str, Sums> = BTreeMap::new();
+    for (label, s) in rows {
+        by_label.entry(label).or_default().add(s);
+    }
+    by_label
         .into_iter()
-        .map(|(m, hi, lo, n)| (m, CostCount { cost: exact_sum::join((hi, lo) as SumParts), requests: n }))
-        .collect())
+        .filter(|(_, s)| s.count != 0)
+        .map(|(l, s)| {
+            (l.to_owned(), CostCount { cost: rollups::sat(s.cost), requests: rollups::sat(s.count) })
+        })
+        .collect()
 }
 
 /// Which mapped customer and month a tier belongs to.

@@ -39,6 +39,16 @@ pub const TOOL: &str = "tool";
 pub const TRACE: &str = "trace";
 pub const TAG_MODEL: &str = "tag_model";
 pub const TAG_KEY: &str = "tag_key";
+/// Spend sources (label2 a [`source_label`]) of one API key (`name`; keyed events only).
+pub const SPEND_KEY: &str = "spend_key";
+/// Spend sources of one user (`name`; events with a user only).
+pub const SPEND_USER: &str = "spend_user";
+/// Spend sources of one customer (`name`; events with a customer only).
+pub const SPEND_CUSTOMER: &str = "spend_customer";
+/// Spend sources of one tag (`name` its key, label1 its value).
+pub const SPEND_TAG: &str = "spend_tag";
+/// Proxied requests that were not refused (the plan cap's count; no labels).
+pub const GOVERNED: &str = "governed";
 
 /// One stored rollup row.
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
@@ -169,6 +179,29 @@ fn joined(hi: i64, lo: i64) -> i128 {
     i128::from(hi) * i128::from(SPLIT) + i128::from(lo)
 }
 
+/// The label of one spend source (API key, provider, model) in one string, without
+/// ambiguity whatever the names hold: `-` for no key or `<len>:<key>`, then
+/// `<len>:<provider>`, then the model.
+pub fn source_label(api_key_id: Option<&str>, provider: &str, model: &str) -> String {
+    let key = api_key_id.map_or_else(|| "-".to_owned(), |k| format!("{}:{k}", k.len()));
+    format!("{key}{}:{provider}{model}", provider.len())
+}
+
+/// The (API key, provider, model) of a [`source_label`]; `None` for anything else.
+pub fn parse_source_label(label: &str) -> Option<(Option<String>, String, String)> {
+    fn take(s: &str) -> Option<(&str, &str)> {
+        let (len, rest) = s.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        Some((rest.get(..len)?, rest.get(len..)?))
+    }
+    let (key, rest) = match label.strip_prefix('-') {
+        Some(rest) => (None, rest),
+        None => take(label).map(|(k, rest)| (Some(k.to_owned()), rest))?,
+    };
+    let (provider, model) = take(rest)?;
+    Some((key, provider.to_owned(), model.to_owned()))
+}
+
 /// The rollup keys one event counts under, at the given grains.
 fn keys_of<'a>(
     e: &CostEvent,
@@ -188,9 +221,20 @@ fn keys_of<'a>(
     if let Some(trace) = &e.trace_id {
         dims.push((TRACE, String::new(), trace.clone(), String::new()));
     }
+    let source = source_label(e.api_key_id.as_deref(), &e.provider, &e.model);
+    let entities = [(SPEND_KEY, &e.api_key_id), (SPEND_USER, &e.user_id), (SPEND_CUSTOMER, &e.customer_id)];
+    for (dim, id) in entities {
+        if let Some(id) = id {
+            dims.push((dim, id.clone(), String::new(), source.clone()));
+        }
+    }
+    if e.source == "proxy" && e.budget_status != "denied" {
+        dims.push((GOVERNED, String::new(), String::new(), String::new()));
+    }
     for (k, v) in tags {
         dims.push((TAG_MODEL, k.to_owned(), v.to_owned(), e.model.clone()));
         dims.push((TAG_KEY, k.to_owned(), String::new(), String::new()));
+        dims.push((SPEND_TAG, k.to_owned(), v.to_owned(), source.clone()));
     }
     let mut keys = Vec::with_capacity(dims.len() * grains.len());
     for &grain in grains {
@@ -418,9 +462,56 @@ macro_rules! load_events_body {
     }};
 }
 
+/// How a window `[since, until)` is read: whole UTC days from day rows, whole hours
+/// from hour rows, and what is left at either edge (under an hour each) from raw
+/// events. `until: None` is open-ended.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Cover {
+    /// Day buckets `[from, to)`.
+    pub(crate) days: Option<(i64, i64)>,
+    /// Hour buckets `[from, to)`, before and after the days.
+    pub(crate) hours: Vec<(i64, i64)>,
+    /// Milliseconds `[from, to)` read from raw events.
+    pub(crate) raw: Vec<(i64, i64)>,
+}
+
+pub(crate) fn cover(since: i64, until: Option<i64>) -> Cover {
+    let mut c = Cover::default();
+    let h0 = ceil_div(since, HOUR_MS);
+    let h1 = until.map(|u| u.div_euclid(HOUR_MS));
+    if h1.is_some_and(|h1| h0 >= h1) {
+        let until = until.unwrap_or(i64::MAX);
+        if since < until {
+            c.raw.push((since, until));
+        }
+        return c;
+    }
+    if since < h0.saturating_mul(HOUR_MS) {
+        c.raw.push((since, h0.saturating_mul(HOUR_MS)));
+    }
+    let d0 = ceil_div(h0, 24);
+    let d1 = h1.map_or(i64::MAX, |h1| h1.div_euclid(24));
+    let h1 = h1.unwrap_or(i64::MAX);
+    if d0 < d1 {
+        c.days = Some((d0, d1));
+        c.hours.push((h0, d0.saturating_mul(24)));
+        if h1 != i64::MAX {
+            c.hours.push((d1 * 24, h1));
+        }
+    } else {
+        c.hours.push((h0, h1));
+    }
+    c.hours.retain(|(a, b)| a < b);
+    if let Some(until) = until {
+        if h1.saturating_mul(HOUR_MS) < until {
+            c.raw.push((h1 * HOUR_MS, until));
+        }
+    }
+    c
+}
+
 /// The organization's rows of `specs` for the events created at or after `since`
-/// (without estimates when `exclude_estimated`): whole days from day rows, the rest of
-/// the first day from hour rows, the first partial hour aggregated from raw events.
+/// (without estimates when `exclude_estimated`), see [`window_between`].
 pub async fn window(
     pool: &Pool,
     org_id: &str,
@@ -428,18 +519,32 @@ pub async fn window(
     exclude_estimated: bool,
     specs: &[Spec<'_>],
 ) -> DbResult<Vec<WindowRow>> {
-    let first_day = ceil_div(since, DAY_MS);
-    let first_hour = ceil_div(since, HOUR_MS);
-    let edge_end = first_hour.saturating_mul(HOUR_MS);
+    window_between(pool, org_id, (since, None), exclude_estimated, specs).await
+}
+
+/// The organization's rows of `specs` for the events created in `[since, until)`
+/// (`until: None`: no end), without estimates when `exclude_estimated`: whole days
+/// from day rows, whole hours from hour rows, the partial hours at either edge
+/// aggregated from raw events (see [`cover`]).
+pub async fn window_between(
+    pool: &Pool,
+    org_id: &str,
+    (since, until): (i64, Option<i64>),
+    exclude_estimated: bool,
+    specs: &[Spec<'_>],
+) -> DbResult<Vec<WindowRow>> {
+    let c = cover(since, until);
+    let ranges: Vec<(&str, i64, i64)> = c
+        .days
+        .map(|(a, b)| ("d", a, b))
+        .into_iter()
+        .chain(c.hours.iter().map(|&(a, b)| ("h", a, b)))
+        .collect();
     use diesel_async::RunQueryDsl;
     let mut out = Vec::new();
     with_conn!(pool, read, |conn| {
         for spec in specs {
-            let ranges = [("d", first_day, i64::MAX), ("h", first_hour, first_day.saturating_mul(24))];
-            for (grain, from, to) in ranges {
-                if from >= to {
-                    continue;
-                }
+            for &(grain, from, to) in &ranges {
                 let mut q = cost_rollups::table
                     .filter(cost_rollups::org_id.eq(org_id))
                     .filter(cost_rollups::dim.eq(spec.dim))
@@ -468,37 +573,72 @@ pub async fn window(
                 }));
             }
         }
-        if since < edge_end {
-            let (events, tags) = load_events_body!(conn, org_id, since, edge_end)?;
-            let edge = aggregate_loaded(&events, &tags);
-            for (key, sums) in edge {
-                let wanted = specs.iter().any(|s| {
-                    s.dim == key.dim
-                        && s.name.is_none_or(|n| n == key.name)
-                        && s.label1.is_none_or(|l| l == key.label1)
-                });
-                if wanted && !(exclude_estimated && key.estimated) {
-                    out.push(WindowRow {
-                        dim: key.dim.to_owned(),
-                        name: key.name,
-                        day: key.bucket.div_euclid(24),
-                        label1: key.label1,
-                        label2: key.label2,
-                        sums,
-                    });
-                }
-            }
+        Ok::<_, crate::db::DbError>(())
+    })?;
+    out.extend(raw_rows(pool, org_id, &c.raw, exclude_estimated, specs).await?);
+    Ok(out)
+}
+
+/// The rows of `specs` aggregated from the organization's raw events created in
+/// each of `ranges` (milliseconds `[from, to)`, each under an hour).
+pub(crate) async fn raw_rows(
+    pool: &Pool,
+    org_id: &str,
+    ranges: &[(i64, i64)],
+    exclude_estimated: bool,
+    specs: &[Spec<'_>],
+) -> DbResult<Vec<WindowRow>> {
+    use diesel_async::RunQueryDsl;
+    let mut out = Vec::new();
+    if ranges.is_empty() {
+        return Ok(out);
+    }
+    with_conn!(pool, read, |conn| {
+        for &(from, to) in ranges {
+            let (events, tags) = load_events_body!(conn, org_id, from, to)?;
+            out.extend(edge_rows(&aggregate_loaded(&events, &tags), specs, exclude_estimated));
         }
         Ok::<_, crate::db::DbError>(())
     })?;
     Ok(out)
 }
 
+/// The rows of `specs` among raw-event aggregates (hour grain).
+fn edge_rows(
+    edge: &BTreeMap<RollupKey, Sums>,
+    specs: &[Spec<'_>],
+    exclude_estimated: bool,
+) -> Vec<WindowRow> {
+    let wanted = |key: &RollupKey| {
+        specs.iter().any(|s| {
+            s.dim == key.dim
+                && s.name.is_none_or(|n| n == key.name)
+                && s.label1.is_none_or(|l| l == key.label1)
+        }) && !(exclude_estimated && key.estimated)
+    };
+    edge.iter()
+        .filter(|(key, _)| wanted(key))
+        .map(|(key, sums)| WindowRow {
+            dim: key.dim.to_owned(),
+            name: key.name.clone(),
+            day: key.bucket.div_euclid(24),
+            label1: key.label1.clone(),
+            label2: key.label2.clone(),
+            sums: *sums,
+        })
+        .collect()
+}
+
 /// The statements of [`rebuild`], expanded for the sync SQLite connection (inside
 /// one blocking task, like the accounting commit) and the async PostgreSQL one.
 macro_rules! rebuild_statements {
-    ($conn:ident, $($aw:tt)*) => {{
-        diesel::delete(cost_rollups::table).execute($conn) $($aw)* ?;
+    ($conn:ident, $scope:expr, $($aw:tt)*) => {{
+        let scope: &Scope = $scope;
+        match &scope.dims {
+            None => diesel::delete(cost_rollups::table).execute($conn) $($aw)* ?,
+            Some(dims) => diesel::delete(cost_rollups::table.filter(cost_rollups::dim.eq_any(dims)))
+                .execute($conn) $($aw)* ?,
+        };
         let mut acc: BTreeMap<RollupKey, Sums> = BTreeMap::new();
         let mut last = String::new();
         let mut seen = 0u64;
@@ -531,28 +671,46 @@ macro_rules! rebuild_statements {
                 &["d", "h"],
             );
             for (k, s) in part {
-                acc.entry(k).or_default().add(&s);
+                if scope.dims.as_ref().is_none_or(|d| d.iter().any(|d| d == k.dim)) {
+                    acc.entry(k).or_default().add(&s);
+                }
             }
         }
         let rows: Vec<RollupRow> = acc.into_iter().map(|(k, s)| to_row(k, &s)).collect();
         upsert_rollups!($conn, &rows, $($aw)*);
-        diesel::update(rollup_backfill::table)
-            .set(rollup_backfill::done_at.eq(Some(crate::util::time::now_ms())))
-            .execute($conn) $($aw)* ?;
+        let done = rollup_backfill::done_at.eq(Some(crate::util::time::now_ms()));
+        match scope.id {
+            None => diesel::update(rollup_backfill::table).set(done).execute($conn) $($aw)* ?,
+            Some(id) => diesel::update(rollup_backfill::table.filter(rollup_backfill::id.eq(id)))
+                .set(done)
+                .execute($conn) $($aw)* ?,
+        };
         Ok::<u64, diesel::result::Error>(seen)
     }};
+}
+
+/// What a rebuild recomputes: every dimension (and every pending back-fill is then
+/// done), or only the dimensions a later migration added (back-fill row `id`).
+#[derive(Debug, Clone, Default)]
+struct Scope {
+    id: Option<i64>,
+    dims: Option<Vec<String>>,
 }
 
 /// Rebuilds every rollup from the raw events, in one write transaction: the
 /// back-fill of existing events, and the loader of the read benchmark. Returns the
 /// number of events read.
 pub async fn rebuild(pool: &Pool) -> DbResult<u64> {
+    rebuild_scope(pool, Scope::default()).await
+}
+
+async fn rebuild_scope(pool: &Pool, scope: Scope) -> DbResult<u64> {
     Ok(match pool {
         Pool::Sqlite(p) => {
             let mut conn = p.write().await?;
-            conn.spawn_blocking(|c| {
+            conn.spawn_blocking(move |c| {
                 use diesel::RunQueryDsl;
-                c.immediate_transaction(|c| rebuild_statements!(c,))
+                c.immediate_transaction(|c| rebuild_statements!(c, &scope,))
             })
             .await?
         }
@@ -563,7 +721,7 @@ pub async fn rebuild(pool: &Pool) -> DbResult<u64> {
                 // Writers (another instance's commits) wait until the rebuild is in,
                 // so no event is counted twice or missed; a second rebuild waits too.
                 diesel::sql_query("LOCK TABLE cost_events IN SHARE ROW EXCLUSIVE MODE").execute(c).await?;
-                rebuild_statements!(c, .await)
+                rebuild_statements!(c, &scope, .await)
             })
             .await?
         }
@@ -572,18 +730,87 @@ pub async fn rebuild(pool: &Pool) -> DbResult<u64> {
 
 const REBUILD_PAGE: i64 = 20_000;
 
-/// Runs [`rebuild`] once, when the migration that created the rollups left the
-/// back-fill pending (a database with events from before the rollups).
+/// Runs the back-fills a migration left pending: a full [`rebuild`] for the one that
+/// created the rollups (a database with events from before them), or, for a
+/// migration that added dimensions (`dims`, comma-separated), a rebuild of those
+/// dimensions only. The others keep their rows: with retention on, the raw events
+/// of old days are gone, and only rows already kept hold them. A new dimension
+/// starts with the events still stored.
 pub async fn backfill_if_pending(pool: &Pool) -> DbResult<()> {
     use diesel_async::RunQueryDsl;
-    let pending: bool = with_conn!(pool, read, |conn| {
-        let rows: Vec<Option<i64>> =
-            rollup_backfill::table.select(rollup_backfill::done_at).load(conn).await?;
-        Ok::<_, crate::db::DbError>(rows.iter().any(Option::is_none))
+    let pending: Vec<(i64, Option<String>)> = with_conn!(pool, read, |conn| {
+        let rows: Vec<(i64, Option<String>)> = rollup_backfill::table
+            .filter(rollup_backfill::done_at.is_null())
+            .order(rollup_backfill::id.asc())
+            .select((rollup_backfill::id, rollup_backfill::dims))
+            .load(conn)
+            .await?;
+        Ok::<_, crate::db::DbError>(rows)
     })?;
-    if pending {
+    if pending.iter().any(|(_, dims)| dims.is_none()) {
         let n = rebuild(pool).await?;
         tracing::info!(events = n, "rollups back-filled from existing cost events");
+        return Ok(());
+    }
+    for (id, dims) in pending {
+        let dims: Vec<String> = dims.unwrap_or_default().split(',').map(str::to_owned).collect();
+        let n = rebuild_scope(pool, Scope { id: Some(id), dims: Some(dims.clone()) }).await?;
+        tracing::info!(events = n, ?dims, "new rollup dimensions back-filled from stored cost events");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_labels_read_back_whatever_the_names_hold() {
+        let cases = [
+            (None, "openai", "gpt-4o"),
+            (Some("k1"), "openai", "gpt-4o"),
+            (Some("-"), "a:b", "1:c"),
+            (Some(""), "", ""),
+            (Some("12:x"), "3:yz", "-"),
+        ];
+        let mut labels = std::collections::BTreeSet::new();
+        for (key, provider, model) in cases {
+            let label = source_label(key, provider, model);
+            assert!(labels.insert(label.clone()), "{label} is not unique");
+            let back = parse_source_label(&label).unwrap();
+            assert_eq!(back, (key.map(str::to_owned), provider.to_owned(), model.to_owned()));
+        }
+        assert_eq!(parse_source_label("9:short"), None);
+    }
+
+    #[test]
+    fn a_window_is_covered_once_by_days_hours_and_raw_edges() {
+        let day = 20_000 * DAY_MS;
+        // Open-ended from a midnight: days only.
+        assert_eq!(cover(day, None), Cover { days: Some((20_000, i64::MAX)), ..Cover::default() });
+        // Mid-hour to mid-hour three days later.
+        let (since, until) = (day + 5 * HOUR_MS + 7, day + 3 * DAY_MS + 2 * HOUR_MS + 9);
+        let c = cover(since, Some(until));
+        assert_eq!(c.days, Some((20_001, 20_003)));
+        assert_eq!(c.hours, vec![(20_000 * 24 + 6, 20_001 * 24), (20_003 * 24, 20_003 * 24 + 2)]);
+        assert_eq!(c.raw, vec![(since, day + 6 * HOUR_MS), (day + 3 * DAY_MS + 2 * HOUR_MS, until)]);
+        // Within one hour: raw only; empty: nothing.
+        assert_eq!(cover(day + 1, Some(day + 99)).raw, vec![(day + 1, day + 99)]);
+        assert_eq!(cover(day + 99, Some(day + 1)), Cover::default());
+        // Within one day: hours and edges, no day rows.
+        let c = cover(day + 1, Some(day + 3 * HOUR_MS));
+        assert_eq!((c.days, c.hours), (None, vec![(20_000 * 24 + 1, 20_000 * 24 + 3)]));
+        assert_eq!(c.raw, vec![(day + 1, day + HOUR_MS)]);
+        // Every millisecond of a random-ish window is in exactly one piece.
+        for (since, until) in [(day - 3 * HOUR_MS - 5, day + DAY_MS + 1), (day + 17, day + 2 * HOUR_MS)] {
+            let c = cover(since, Some(until));
+            for t in (since - 2..until + 2).step_by(997) {
+                let h = t.div_euclid(HOUR_MS);
+                let n = usize::from(c.days.is_some_and(|(a, b)| (a..b).contains(&t.div_euclid(DAY_MS))))
+                    + c.hours.iter().filter(|(a, b)| (*a..*b).contains(&h)).count()
+                    + c.raw.iter().filter(|(a, b)| (*a..*b).contains(&t)).count();
+                assert_eq!(n, usize::from((since..until).contains(&t)), "t = {t}");
+            }
+        }
+    }
 }

@@ -243,6 +243,7 @@ diesel::table! {
     rollup_backfill (id) {
         id -> BigInt,
         done_at -> Nullable<BigInt>,
+        dims -> Nullable<Text>,
     }
 }
 

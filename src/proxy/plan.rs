@@ -10,14 +10,11 @@
 
 use chrono::{Datelike, TimeZone, Utc};
 use dashmap::DashMap;
-use diesel::prelude::*;
-use diesel_async::RunQueryDsl;
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use crate::db::schema::cost_events;
+use crate::db::rollups::{self, Spec};
 use crate::db::{DbResult, Pool};
-use crate::with_conn;
 
 /// What the cap says about one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,20 +57,17 @@ fn month_of(now_ms: i64) -> (i32, i64) {
     (index, start)
 }
 
-/// Proxied requests of an organization recorded since `since_ms`.
-async fn recorded_since(pool: &Pool, org_id: &str, since_ms: i64) -> DbResult<i64> {
-    with_conn!(pool, read, |conn| {
-        let n: i64 = cost_events::table
-            .filter(cost_events::org_id.eq(org_id))
-            .filter(cost_events::source.eq("proxy"))
-            // Refused calls leave a record but were never governed requests.
-            .filter(cost_events::budget_status.ne("denied"))
-            .filter(cost_events::created_at.ge(since_ms))
-            .count()
-            .get_result(conn)
-            .await?;
-        Ok(n)
-    })
+/// Proxied requests of an organization recorded since `since_ms` that were not
+/// refused (refused calls leave a record but were never governed requests). From
+/// the `governed` rollups: a month start is a UTC midnight, so day rows answer it.
+pub async fn recorded_since(pool: &Pool, org_id: &str, since_ms: i64) -> DbResult<i64> {
+    let spec = Spec { dim: rollups::GOVERNED, name: Some(""), label1: None };
+    let rows = rollups::window(pool, org_id, since_ms, false, &[spec]).await?;
+    let mut total = rollups::Sums::default();
+    for r in &rows {
+        total.add(&r.sums);
+    }
+    Ok(rollups::sat(total.count))
 }
 
 impl PlanUsage {
