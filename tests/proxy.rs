@@ -148,6 +148,9 @@ async fn openai_json_passes_through_and_is_charged_exactly() {
     assert!(r.header("x-service-request-id").is_some());
     assert_eq!(r.header("service-version"), Some("2026-04-01"));
     assert!(r.header("x-service-overhead-ms").unwrap().parse::<f64>().is_ok());
+    // The provider's length passes through: a JSON answer is not re-framed in chunks.
+    assert_eq!(r.header("content-length"), Some(r.text.len().to_string().as_str()));
+    assert_eq!(r.header("transfer-encoding"), None);
     let timing = r.header("server-timing").unwrap();
     for step in ["preflight", "body", "budget", "overhead", "upstream", "total"] {
         assert!(timing.contains(&format!("{step};dur=")), "{timing}");

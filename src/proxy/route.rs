@@ -16,6 +16,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use actix_web::body::SizedStream;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, HttpResponseBuilder};
@@ -183,6 +184,7 @@ async fn proxy(
         return Ok(builder.streaming(response));
     }
     let sse = is_event_stream(&response);
+    let length = passed_length(&response, sse);
     let record_bodies = admitted.key.plan.is_paid();
     let provider = admitted.provider;
     let settlement = Settlement {
@@ -204,7 +206,25 @@ async fn proxy(
         state.config.upstream_timeout,
         finish,
     );
-    Ok(builder.streaming(metered))
+    Ok(match length {
+        Some(length) => builder.body(SizedStream::new(length, metered)),
+        None => builder.streaming(metered),
+    })
+}
+
+/// The provider's `Content-Length` when the body reaches the client byte for byte (a
+/// JSON answer awc did not decompress): the answer then carries it instead of
+/// chunked framing, so the client has the whole answer with its last byte, as behind
+/// nginx, rather than after a terminating chunk that may be written on its own.
+fn passed_length<S>(response: &awc::ClientResponse<S>, sse: bool) -> Option<u64> {
+    use actix_web::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
+    let headers = response.headers();
+    let identity =
+        headers.get(CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if sse || !identity {
+        return None;
+    }
+    headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
 /// The client went away before the provider's answer head: the provider call is

@@ -41,6 +41,19 @@ pub struct Settlement {
     pub record_bodies: bool,
 }
 
+/// A settlement on its way to the writer's thread, handed over when dropped (see
+/// [`Settlement::spawn`]).
+struct Handoff(Option<(Settlement, Seen)>);
+
+impl Drop for Handoff {
+    fn drop(&mut self) {
+        if let Some((settlement, seen)) = self.0.take() {
+            let writer = settlement.state.writer.clone();
+            writer.spawn(settlement.run(seen));
+        }
+    }
+}
+
 /// The cost of a call and the `_svc_` reasons it was estimated for (none: charged
 /// its usage at its own price).
 struct Charge {
@@ -55,9 +68,17 @@ impl Settlement {
     /// the accounting writer's thread: reading the answer and building the cost event
     /// is work neither the client nor the worker's next request should wait for. Runs
     /// exactly once per call.
+    ///
+    /// On an HTTP worker the handoff waits for the worker's next turn: the body's end is
+    /// seen inside the poll that then writes the answer's last bytes, and waking the
+    /// writer's thread before that write puts a syscall, and on two busy cores often a
+    /// preemption, in front of it. A handoff whose turn never comes (the worker stopping)
+    /// happens when its task is dropped, so no call goes unrecorded.
     pub fn spawn(self, seen: Seen) {
-        let writer = self.state.writer.clone();
-        writer.spawn(self.run(seen));
+        let handoff = Handoff(Some((self, seen)));
+        if actix::Arbiter::try_current().is_some() {
+            actix::spawn(async move { drop(handoff) });
+        }
     }
 
     async fn run(self, seen: Seen) {
