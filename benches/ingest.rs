@@ -10,6 +10,10 @@
 //! and reports events per second. Each event carries tags `team` and `customer`, a
 //! session (50 events) with its trace, and a customer. Reported, not asserted.
 //!
+//! The load generator shares the machine with the server, so the CPU time each used
+//! during the run is printed beside the rate (from `/proc/<pid>/stat`), with the load
+//! average.
+//!
 //! Run: `cargo bench --bench ingest` (env `INGEST_SECONDS`, default 5;
 //! `INGEST_CLIENTS`, default 8).
 
@@ -48,6 +52,7 @@ async fn run(label: &str, db_url: &str, seconds: u64, clients: usize) {
         .expect("budget");
 
     let deadline = Instant::now() + Duration::from_secs(seconds);
+    let cpu_before = (cpu_seconds(server.pid()), cpu_seconds(std::process::id()));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
@@ -91,10 +96,31 @@ async fn run(label: &str, db_url: &str, seconds: u64, clients: usize) {
         total += t.await.expect("client task");
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let server_cpu = cpu_seconds(server.pid()) - cpu_before.0;
+    let generator_cpu = cpu_seconds(std::process::id()) - cpu_before.1;
     println!(
         "{label:<10} {total:>9} events in {elapsed:.2} s = {:>9.0} events/s ({clients} clients, 100/batch)",
         total as f64 / elapsed
     );
+    println!(
+        "{:<10} CPU: server {server_cpu:.2} s ({:.1} µs/event), load generator {generator_cpu:.2} s ({:.1} µs/event); load average {}",
+        "",
+        server_cpu * 1e6 / total as f64,
+        generator_cpu * 1e6 / total as f64,
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
+}
+
+/// CPU time (user + system, every thread) a process has used so far, in seconds:
+/// fields 14 and 15 of `/proc/<pid>/stat`, in clock ticks of 1/100 s (Linux's
+/// `USER_HZ`). Zero where there is no `/proc`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces; the fields after it do not.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 =
+        after_name.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
+    ticks as f64 / 100.0
 }
 
 fn main() {

@@ -362,6 +362,25 @@ async fn rollups_answer_exactly_what_the_scans_answered() {
 
     // New events on top of rebuilt rows.
     ingest(&keys, &mut rng, 60).await;
+    // Batches that mix new events with duplicates (a retried batch): the writer then
+    // aggregates the new ones itself instead of the batch's pre-aggregated sums, and
+    // a duplicate must add nothing.
+    let key = &keys[0];
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        let mut events: Vec<Value> = (0..6)
+            .map(|i| {
+                let mut e = random_event(&mut rng);
+                e["idempotencyKey"] = json!(format!("mixed-{round}-{i}"));
+                e
+            })
+            .collect();
+        events.extend(seen.iter().cloned());
+        let r = key.post("/api/cost-events/batch", json!({ "events": events })).await;
+        assert_eq!(r.status, 201, "{r:?}");
+        assert_eq!(r.body["inserted"], json!(6), "{r:?}");
+        seen.extend(events.into_iter().take(6));
+    }
     let kept = all_rollups(&pool).await;
     app.rebuild_rollups().await;
     assert_same_rollups(&all_rollups(&pool).await, &kept, "incremental rollups against a rebuild");

@@ -19,7 +19,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::budgets::ReservationTicket;
-use crate::db::cost_events::{self, CommitResult, NewCostEvent, Outcome, SpendChange};
+use crate::db::cost_events::{self, Batch, CommitResult, NewCostEvent, Outcome, SpendChange};
+use crate::db::rollups::Partial;
 use crate::db::{DbError, Pool};
 use crate::util::time;
 
@@ -31,6 +32,8 @@ const QUEUE_CAPACITY: usize = 4_096;
 struct Job {
     /// Moved out while a commit holds them (see [`take_events`]).
     events: Vec<NewCostEvent>,
+    /// The events' rollup sums, aggregated by the caller (moved out like `events`).
+    rollups: Partial,
     size: usize,
     reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     /// A caller is waiting to acknowledge these events: commit without lingering.
@@ -107,9 +110,12 @@ impl AccountingWriter {
 
     async fn submit(&self, mut events: Vec<NewCostEvent>, urgent: bool) -> Result<Vec<Outcome>, DbError> {
         events.iter_mut().for_each(sanitize);
+        // On the caller's thread: the writer, which serializes every commit, only
+        // merges these sums.
+        let rollups = cost_events::partial_of(&events);
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Job { size: events.len(), events, reply, urgent })
+            .send(Job { size: events.len(), events, rollups, reply, urgent })
             .await
             .map_err(|_| DbError::unavailable("accounting writer stopped"))?;
         rx.await.map_err(|_| DbError::unavailable("accounting writer stopped"))?.map_err(DbError::Unavailable)
@@ -300,7 +306,7 @@ where
 }
 
 /// The events of one commit attempt, shared with the attempt.
-type Events = std::sync::Arc<Vec<NewCostEvent>>;
+type Events = std::sync::Arc<Batch>;
 
 /// First retry after this; doubled after each failure up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -328,21 +334,22 @@ where
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        let events = std::sync::Arc::new(take_events(group));
-        let e = match commit(events.clone()).await {
+        let batch = std::sync::Arc::new(take_batch(group));
+        let e = match commit(batch.clone()).await {
             Ok(done) => {
-                let settled = events
+                let settled = batch
+                    .events
                     .iter()
                     .filter_map(|e| e.ticket.clone().map(|ticket| (ticket, e.row.cost_microdollars)))
                     .collect();
                 return Ok((done, settled));
             }
             Err(DbError::Unavailable(e)) => {
-                give_back(group, events);
+                give_back(group, batch);
                 e
             }
             Err(other) => {
-                give_back(group, events);
+                give_back(group, batch);
                 return Err(other);
             }
         };
@@ -363,22 +370,29 @@ where
     }
 }
 
-/// The events of `group`, in job order, moved out of the jobs for one commit.
-fn take_events(group: &mut [Job]) -> Vec<NewCostEvent> {
-    let mut events = Vec::with_capacity(group.iter().map(|j| j.size).sum());
+/// The events of `group` and their rollup sums, in job order, moved out of the jobs
+/// for one commit.
+fn take_batch(group: &mut [Job]) -> Batch {
+    let mut batch = Batch {
+        events: Vec::with_capacity(group.iter().map(|j| j.size).sum()),
+        rollups: Vec::with_capacity(group.len()),
+    };
     for job in group.iter_mut() {
-        events.append(&mut job.events);
+        batch.events.append(&mut job.events);
+        batch.rollups.push((job.size, std::mem::take(&mut job.rollups)));
     }
-    events
+    batch
 }
 
 /// Puts the events of a finished commit attempt back into their jobs (for a retry, a
 /// split, or the log of a failure). The commit has let go of them, so this is a move.
-fn give_back(group: &mut [Job], events: std::sync::Arc<Vec<NewCostEvent>>) {
-    let mut events =
-        std::sync::Arc::try_unwrap(events).unwrap_or_else(|shared| (*shared).clone()).into_iter();
-    for job in group.iter_mut() {
+fn give_back(group: &mut [Job], batch: Events) {
+    let Batch { events, rollups } =
+        std::sync::Arc::try_unwrap(batch).unwrap_or_else(|shared| (*shared).clone());
+    let mut events = events.into_iter();
+    for (job, (_, sums)) in group.iter_mut().zip(rollups) {
         job.events = events.by_ref().take(job.size).collect();
+        job.rollups = sums;
     }
 }
 
@@ -452,7 +466,7 @@ mod tests {
 
     fn job(e: NewCostEvent, urgent: bool) -> (Job, oneshot::Receiver<Result<Vec<Outcome>, String>>) {
         let (reply, rx) = oneshot::channel();
-        (Job { size: 1, events: vec![e], reply, urgent }, rx)
+        (Job { size: 1, events: vec![e], rollups: Partial::new(), reply, urgent }, rx)
     }
 
     fn metrics() -> WriterMetrics {
@@ -460,11 +474,12 @@ mod tests {
     }
 
     /// A commit that fails for good when it holds the poisoned event.
-    async fn fake_commit(events: Events) -> Result<CommitResult, DbError> {
-        if events.iter().any(|e| e.row.request_id == "poison") {
+    async fn fake_commit(batch: Events) -> Result<CommitResult, DbError> {
+        if batch.events.iter().any(|e| e.row.request_id == "poison") {
             return Err(DbError::Query(diesel::result::Error::RollbackTransaction));
         }
-        let outcomes = events
+        let outcomes = batch
+            .events
             .iter()
             .map(|e| Outcome::Inserted { id: e.row.id.clone(), created_at: e.row.created_at })
             .collect();

@@ -1,11 +1,12 @@
 //! Cost events: the one transaction that makes an acknowledged event durable
 //! together with its effect on every matched budget and its outbox events.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use actors::budget::{next_period_start, period_start, ResetInterval};
 
 use crate::db::models::{CostEvent, CostEventTag, OutboxEvent};
+use crate::db::rollups::Partial;
 use crate::db::schema::{budgets, cost_event_bodies, cost_event_tags, cost_events};
 use crate::db::{DbResult, Pool};
 use diesel::{ExpressionMethods, QueryDsl};
@@ -68,6 +69,44 @@ pub struct NewCostEvent {
     /// writer hands it on with the other reservations of the same commit (one message
     /// per budget entity).
     pub ticket: Option<crate::budgets::ReservationTicket>,
+}
+
+/// The events of one commit, with their rollup sums aggregated beforehand, job by job
+/// (see [`crate::db::rollups::partial`]).
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    pub events: Vec<NewCostEvent>,
+    /// One entry per job, in the order of `events`: how many events it holds and
+    /// their rollup sums.
+    // INVARIANT: the counts add up to `events.len()`.
+    pub rollups: Vec<(usize, Partial)>,
+}
+
+/// The rollup sums of `events`.
+pub fn partial_of(events: &[NewCostEvent]) -> Partial {
+    crate::db::rollups::partial(
+        events.iter().map(|e| (&e.row, e.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
+    )
+}
+
+/// The rollup sums of a commit's inserted events: a job's sums aggregated beforehand
+/// when all of its events were inserted (the common case), else its inserted events
+/// aggregated here (a duplicate adds nothing).
+fn rollups_of_inserted(batch: &Batch, inserted: &HashSet<String>) -> Partial {
+    let mut total = Partial::new();
+    let mut rest = batch.events.as_slice();
+    for (count, sums) in &batch.rollups {
+        let (events, tail) = rest.split_at((*count).min(rest.len()));
+        rest = tail;
+        if events.iter().all(|e| inserted.contains(&e.row.id)) {
+            crate::db::rollups::merge(&mut total, sums);
+        } else {
+            let kept: Vec<NewCostEvent> =
+                events.iter().filter(|e| inserted.contains(&e.row.id)).cloned().collect();
+            crate::db::rollups::merge(&mut total, &partial_of(&kept));
+        }
+    }
+    total
 }
 
 /// What became of one event.
@@ -166,9 +205,10 @@ pub fn crossed_thresholds(thresholds: &[i64], limit: i64, before: i64, after: i6
 /// transaction: no per-statement thread hops) and for the async PostgreSQL one.
 /// `$($aw)*` is `.await` for the async expansion and nothing for the sync one.
 macro_rules! commit_statements {
-    ($conn:ident, $subs:ident, $events:ident, $now:ident, $($aw:tt)*) => {{
-        let mut inserted_ids = std::collections::HashSet::new();
-        let rows: Vec<&CostEvent> = $events.iter().map(|e| &e.row).collect();
+    ($conn:ident, $subs:ident, $batch:ident, $now:ident, $($aw:tt)*) => {{
+        let events = &$batch.events;
+        let mut inserted_ids = HashSet::new();
+        let rows: Vec<&CostEvent> = events.iter().map(|e| &e.row).collect();
         for_fixed_chunks!(rows.as_slice(), |chunk| {
             let ids: Vec<String> = diesel::insert_into(cost_events::table)
                 .values(chunk)
@@ -178,8 +218,8 @@ macro_rules! commit_statements {
                 .get_results($conn) $($aw)* ?;
             inserted_ids.extend(ids);
         });
-        let mut outcomes = Vec::with_capacity($events.len());
-        for e in $events.iter() {
+        let mut outcomes = Vec::with_capacity(events.len());
+        for e in events.iter() {
             if inserted_ids.contains(&e.row.id) {
                 outcomes.push(Outcome::Inserted { id: e.row.id.clone(), created_at: e.row.created_at });
             } else {
@@ -192,17 +232,12 @@ macro_rules! commit_statements {
                 outcomes.push(Outcome::Duplicate { id, created_at });
             }
         }
-        let plan = plan_inserted(&$events, &inserted_ids, $now);
+        let plan = plan_inserted(events, &inserted_ids, $now);
         let tag_rows: Vec<&CostEventTag> = plan.tags.iter().collect();
         for_fixed_chunks!(tag_rows.as_slice(), |chunk| {
             diesel::insert_into(cost_event_tags::table).values(chunk).on_conflict_do_nothing().execute($conn) $($aw)* ?;
         });
-        let rollup_rows = crate::db::rollups::plan(
-            $events
-                .iter()
-                .filter(|e| inserted_ids.contains(&e.row.id))
-                .map(|e| (&e.row, e.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
-        );
+        let rollup_rows = crate::db::rollups::rows(rollups_of_inserted(&$batch, &inserted_ids));
         crate::db::rollups::upsert_rollups!($conn, &rollup_rows, $($aw)*);
         for body in &plan.bodies {
             diesel::insert_into(cost_event_bodies::table).values(body).on_conflict_do_nothing().execute($conn) $($aw)* ?;
@@ -212,7 +247,7 @@ macro_rules! commit_statements {
         // their rows are deleted now, before any budget row is locked, and each
         // budget's reserved goes down in lock order, interleaved with the spend updates.
         let mut freed = crate::db::shared_budgets::take_holds!(
-            $conn, $events.iter().flat_map(|e| e.holds.iter()), $($aw)*
+            $conn, events.iter().flat_map(|e| e.holds.iter()), $($aw)*
         )
         .into_iter()
         .peekable();
@@ -313,7 +348,7 @@ fn saturating_add_spend(
 pub async fn commit_batch(
     pool: &Pool,
     outbox: &crate::outbox::Outbox,
-    events: std::sync::Arc<Vec<NewCostEvent>>,
+    batch: std::sync::Arc<Batch>,
     now: i64,
 ) -> DbResult<CommitResult> {
     let result = match pool {
@@ -323,7 +358,7 @@ pub async fn commit_batch(
                 let subs = outbox.clone();
                 move |c| {
                     use diesel::RunQueryDsl;
-                    c.immediate_transaction(|c| commit_statements!(c, subs, events, now,))
+                    c.immediate_transaction(|c| commit_statements!(c, subs, batch, now,))
                 }
             })
             .await?
@@ -334,7 +369,7 @@ pub async fn commit_batch(
             let subs = outbox;
             conn.transaction::<_, diesel::result::Error, _>(async |c| {
                 use diesel_async::RunQueryDsl;
-                commit_statements!(c, subs, events, now, .await)
+                commit_statements!(c, subs, batch, now, .await)
             })
             .await?
         }
