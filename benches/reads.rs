@@ -152,7 +152,7 @@ async fn load(pool: &Pool, org: &str, keys: &[String], n: usize, now: i64) {
 
 /// Creates a budget (no reset: its sources cover all time); returns its id.
 async fn budget(http: &reqwest::Client, base: &str, entity_type: &str, entity_id: &str) -> String {
-    let body = json!({ "entityType": entity_type, "entityId": entity_id, "maxBudgetMicrodollars": 1_000_000_000_000_i64 });
+    let body = json!({ "entityType": entity_type, "entityId": entity_id, "maxBudgetMicrodollars": 1_000_000_000_i64 });
     let r: Value = http
         .post(format!("{base}/api/budgets"))
         .json(&body)
