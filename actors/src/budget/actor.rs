@@ -33,7 +33,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use actix::fut::{self, ActorFutureExt};
-use actix::{Actor, ActorContext, AsyncContext, Context, Handler, MessageResult, ResponseActFuture};
+use actix::{Actor, ActorContext, AsyncContext, AtomicResponse, Context, Handler, MessageResult};
 use chrono::{DateTime, SecondsFormat};
 use serde_json::json;
 use tokio::time::MissedTickBehavior;
@@ -361,7 +361,8 @@ impl BudgetActor {
         // The retry reads later, so it takes its own (newer) version.
         let version = self.shared.next_load_version();
         let load = self.shared.store.load(&self.key);
-        ctx.spawn(fut::wrap_future::<_, Self>(load).map(move |result, actor, ctx| {
+        // `wait`, not `spawn`: the mailbox pauses during the read (see `Refresh`).
+        ctx.wait(fut::wrap_future::<_, Self>(load).map(move |result, actor, ctx| {
             // Nobody waits for a retry's answer; a failure schedules the next one.
             let _ = actor.finish_refresh(result, version, attempt, ctx);
         }));
@@ -592,18 +593,20 @@ impl Handler<Reload> for BudgetActor {
 }
 
 impl Handler<Refresh> for BudgetActor {
-    type Result = ResponseActFuture<Self, Result<(), StoreError>>;
+    type Result = AtomicResponse<Self, Result<(), StoreError>>;
 
     fn handle(&mut self, refresh: Refresh, _ctx: &mut Context<Self>) -> Self::Result {
-        // INVARIANT: other messages may be handled while the row is read; that is safe
-        // because nothing decided before the await is used after it: the row is applied
-        // in one synchronous step, and the version check drops a read that a newer one
-        // has overtaken.
+        // INVARIANT: no other message is handled while the row is read (`AtomicResponse`
+        // pauses the mailbox, like the first load). A settle handled during the read
+        // would raise spend by a commit the read may not see, and applying the row
+        // afterwards would put the lower stored spend back: that spend would be lost
+        // and the budget over-admitted. Settles queued behind the read are applied after
+        // it, counted once by their committed version (see `already_counted`).
         let load = self.shared.store.load(&self.key);
-        Box::pin(
+        AtomicResponse::new(Box::pin(
             fut::wrap_future::<_, Self>(load)
                 .map(move |result, actor, ctx| actor.finish_refresh(result, refresh.version, 0, ctx)),
-        )
+        ))
     }
 }
 

@@ -517,3 +517,55 @@ async fn an_adopting_thread_hosts_the_actors_it_needs_first() {
     // Off an arbiter there is nothing to adopt.
     assert!(!std::thread::spawn(move || local.adopt_current_arbiter()).join().unwrap());
 }
+
+/// A [`GatedStore`] that counts the loads begun.
+#[derive(Clone)]
+struct CountedStore {
+    gated: GatedStore,
+    loads: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl BudgetStore for CountedStore {
+    fn load(&self, key: &EntityKey) -> BoxFuture<'static, Result<Option<StoredBudget>, StoreError>> {
+        self.loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.gated.load(key)
+    }
+}
+
+#[actix::test]
+async fn spend_settled_while_a_refresh_reads_its_row_is_not_lost() {
+    let inner = store_with(&[("a", 1_000)]);
+    let store = CountedStore { gated: GatedStore::closed(inner.clone()), loads: Arc::default() };
+    let registry = BudgetRegistry::new(config(), Arc::new(store.clone()), None).unwrap();
+    store.gated.gate.add_permits(1);
+    snapshot(&registry, "a").await;
+    let request = reserve(&registry, 600);
+    registry.reserve_all(&[key("a")], &request).await.unwrap();
+
+    // A budget change elsewhere: the refresh reads the row (spend 0) and the read is slow.
+    let addr = registry.get_or_start(&key("a")).unwrap();
+    let refresh = PollOnce(Some(Box::pin(addr.send(Refresh { version: registry.load_version() })))).await;
+    while store.loads.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        sleep(1).await;
+    }
+    // Meanwhile the call's cost is committed and its settle reaches the actor.
+    inner.put(key("a"), StoredBudget { spend: 600, ..stored("a", BudgetConfig::new(1_000)) });
+    let committed_version = Some(registry.load_version());
+    let settle = Settle {
+        reservation_id: request.reservation_id,
+        actual: 600,
+        now_ms: system_now_ms(),
+        committed_version,
+    };
+    let settled = PollOnce(Some(Box::pin(addr.send(settle)))).await;
+    sleep(20).await;
+    store.gated.gate.add_permits(1);
+    refresh.await.unwrap().unwrap();
+    settled.await.unwrap();
+
+    // The read (spend 0) came before the commit: the settle's 600 still counts, so only
+    // 400 fits.
+    let after = snapshot(&registry, "a").await;
+    assert_eq!((after.spend, after.reserved), (600, 0));
+    assert!(registry.reserve_all(&[key("a")], &reserve(&registry, 401)).await.is_err());
+}
