@@ -123,7 +123,12 @@ impl Feeds {
                 |c| (c.0.as_str(), c.4),
             )
             .await;
-        for (_, org_id, entity_type, entity_id, _) in budgets {
+        let prune_before = time::now_ms() - KEPT_MS;
+        for (id, org_id, entity_type, entity_id, _) in budgets {
+            if db::budgets::take_own_change(&id, prune_before) {
+                // Applied in place by the request that made it.
+                continue;
+            }
             let Ok(entity_type) = entity_type.parse::<EntityType>() else { continue };
             let key = EntityKey::new(org_id, entity_type, entity_id);
             if let Err(e) = state.budgets.registry().invalidate(&key).await {

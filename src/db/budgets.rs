@@ -49,22 +49,47 @@ pub enum Upserted {
 /// limit, and concurrent upserts of the same entity converge on one row.
 /// Records in `budget_changes`, inside the caller's transaction, that `$budget`'s
 /// row changed: every instance's change watcher refreshes its live actor.
+/// The change is also noted as this process's own ([`note_own_change`]): the caller
+/// refreshes its actor in place once the transaction is in.
 macro_rules! note_change {
     ($conn:ident, $budget:expr) => {{
         let b: &Budget = $budget;
+        let (id, at) = (crate::util::ids::new_id(), crate::util::time::now_ms());
         diesel::insert_into(budget_changes::table)
             .values((
-                budget_changes::id.eq(crate::util::ids::new_id()),
+                budget_changes::id.eq(&id),
                 budget_changes::org_id.eq(&b.org_id),
                 budget_changes::entity_type.eq(&b.entity_type),
                 budget_changes::entity_id.eq(&b.entity_id),
-                budget_changes::changed_at.eq(crate::util::time::now_ms()),
+                budget_changes::changed_at.eq(at),
             ))
             .execute($conn)
             .await?;
+        crate::db::budgets::note_own_change(id, at);
     }};
 }
 pub(crate) use note_change;
+
+/// Budget changes written by this process (change id → when). Its change watcher
+/// skips them: the writer already refreshed its own actor in place, and a second
+/// refresh, arriving while the entity's calls settle, only adds a row read racing
+/// their commits (the read cannot tell which settles it already counts).
+static OWN_CHANGES: std::sync::LazyLock<std::sync::Mutex<HashMap<String, i64>>> =
+    std::sync::LazyLock::new(Default::default);
+
+pub fn note_own_change(id: String, at: i64) {
+    if let Ok(mut own) = OWN_CHANGES.lock() {
+        own.insert(id, at);
+    }
+}
+
+/// Whether change `id` was written by this process (forgetting it), after dropping the
+/// notes from before `prune_before` (changes whose transaction rolled back are never read).
+pub fn take_own_change(id: &str, prune_before: i64) -> bool {
+    let Ok(mut own) = OWN_CHANGES.lock() else { return false };
+    own.retain(|_, at| *at >= prune_before);
+    own.remove(id).is_some()
+}
 
 /// A budget changed since `since` (`changed_at` ≥ it): (change id, org, type, id, when).
 pub type BudgetChange = (String, String, String, String, i64);
