@@ -6,7 +6,8 @@
 //! `key_changes` row, in the transaction of the change. Each process polls both every
 //! [`POLL_EVERY`]: it refreshes its live budget actor of each changed budget and drops
 //! each changed key from its key cache. The process that made a change applies it to
-//! itself at once; the others within about a second. Polls read [`OVERLAP_MS`] back (a
+//! itself at once (and its watcher skips that budget change, see
+//! `db::budgets::take_own_change`); the others within about a second. Polls read [`OVERLAP_MS`] back (a
 //! transaction that took its timestamp earlier may commit after a later one, and
 //! instance clocks may differ by up to that much); each change is applied once. Rows
 //! older than [`KEPT_MS`] are pruned.
