@@ -392,3 +392,22 @@ pub async fn key_names(pool: &Pool, org_id: &str, ids: &[String]) -> DbResult<Ha
     })?;
     Ok(rows.into_iter().collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_changes_are_taken_once_and_forgotten_after_the_feed_keeps_them() {
+        let (mine, rolled_back) = ("own-change-test-mine".to_owned(), "own-change-test-gone".to_owned());
+        note_own_change(mine.clone(), 10_000);
+        note_own_change(rolled_back.clone(), 1_000);
+        assert!(!take_own_change("own-change-test-other", 0), "another process's change");
+        assert!(take_own_change(&mine, 0));
+        assert!(!take_own_change(&mine, 0), "taken once");
+        // A note whose transaction rolled back is never read: pruned by age.
+        assert!(!take_own_change(&rolled_back, 5_000));
+        note_own_change(rolled_back.clone(), 1_000);
+        assert!(take_own_change(&rolled_back, 1_000));
+    }
+}
