@@ -7,8 +7,8 @@ use std::sync::Arc;
 use actors::budget::{
     BudgetConfig, EntityType, EventSink, LedgerEvent, LoopConfig, Policy, ResetInterval, VelocityConfig,
 };
-use actors::registry::{BudgetRegistry, RegistryConfig, RegistryError};
-use actors::store::{BudgetStore, EntityKey, StoreError, StoredBudget};
+use actors::registry::{BudgetRegistry, EntitySettles, RegistryConfig, RegistryError};
+use actors::store::{BudgetStore, EntityKey, SpendMark, StoreError, StoredBudget};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use serde_json::Value;
@@ -73,7 +73,7 @@ impl BudgetStore for DbBudgetStore {
         let pool = self.pool.clone();
         let key = key.clone();
         async move {
-            let row = crate::db::budgets::find_by_entity(
+            let row = crate::db::budgets::find_for_actor(
                 &pool,
                 &key.org_id,
                 key.entity_type.as_str(),
@@ -81,11 +81,12 @@ impl BudgetStore for DbBudgetStore {
             )
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-            Ok(row.map(|row| StoredBudget {
+            Ok(row.map(|(row, spend_seq)| StoredBudget {
                 budget_id: row.id.clone(),
                 config: config_of(&row),
                 spend: row.spend_microdollars,
                 period_start: row.current_period_start,
+                spend_seq,
             }))
         }
         .boxed()
@@ -212,22 +213,32 @@ impl BudgetService {
 
     /// The reservations settled by one accounting commit (each with its committed
     /// cost): one message per budget entity however many calls the commit held, so the
-    /// settles of a busy commit do not flood a hot entity's mailbox.
-    pub fn settle_committed(&self, settled: Vec<(ReservationTicket, i64)>) {
+    /// settles of a busy commit do not flood a hot entity's mailbox. Each carries the
+    /// commit's mark on the entity's budget row (from `changes`), by which the actor
+    /// tells exactly whether the row it last read already counts the commit.
+    pub fn settle_committed(&self, settled: Vec<(ReservationTicket, i64)>, changes: &[SpendChange]) {
         if settled.is_empty() {
             return;
         }
-        let mut batches: Vec<(EntityKey, Vec<(u64, i64)>)> = Vec::new();
+        let mut batches: Vec<EntitySettles> = Vec::new();
         let mut index: std::collections::HashMap<EntityKey, usize> = std::collections::HashMap::new();
         for (ticket, actual) in settled {
             for key in ticket.keys {
                 let at = *index.entry(key.clone()).or_insert_with(|| {
-                    batches.push((key, Vec::new()));
+                    batches.push(EntitySettles { key, mark: None, settles: Vec::new() });
                     batches.len() - 1
                 });
-                if let Some((_, settles)) = batches.get_mut(at) {
-                    settles.push((ticket.reservation_id, actual));
+                if let Some(batch) = batches.get_mut(at) {
+                    batch.settles.push((ticket.reservation_id, actual));
                 }
+            }
+        }
+        for change in changes {
+            let Some(key) = entity_key(change) else {
+                continue;
+            };
+            if let Some(batch) = index.get(&key).and_then(|&at| batches.get_mut(at)) {
+                batch.mark = Some(mark(change));
             }
         }
         let registry = self.registry.clone();
@@ -242,23 +253,31 @@ impl BudgetService {
     /// events): live actors count it; others read it from storage when they start.
     pub fn spend_committed(&self, changes: &[SpendChange]) {
         let registry = self.registry.clone();
-        let keys: Vec<(EntityKey, i64)> = changes
+        let spends: Vec<(EntityKey, i64, SpendMark)> = changes
             .iter()
-            .filter_map(|c| {
-                let t: EntityType = c.target.entity_type.parse().ok()?;
-                Some((EntityKey::new(c.target.org_id.clone(), t, c.target.entity_id.clone()), c.unreserved))
-            })
-            .filter(|(_, amount)| *amount != 0)
+            .filter(|c| c.unreserved != 0)
+            .filter_map(|c| Some((entity_key(c)?, c.unreserved, mark(c))))
             .collect();
-        if keys.is_empty() {
+        if spends.is_empty() {
             return;
         }
         let now = crate::util::time::now_ms();
         // The writer task is a plain tokio task (no actix local set): spawn likewise.
         tokio::spawn(async move {
-            for (key, added) in keys {
-                registry.record_spend(std::slice::from_ref(&key), added, None, now).await;
+            for (key, added, mark) in spends {
+                registry.record_committed_spend(&key, added, Some(mark), now).await;
             }
         });
     }
+}
+
+/// The budget entity whose row a commit updated.
+fn entity_key(change: &SpendChange) -> Option<EntityKey> {
+    let entity_type: EntityType = change.target.entity_type.parse().ok()?;
+    Some(EntityKey::new(change.target.org_id.clone(), entity_type, change.target.entity_id.clone()))
+}
+
+/// Where a commit put its spend (see [`SpendMark`]).
+fn mark(change: &SpendChange) -> SpendMark {
+    SpendMark { budget_id: change.budget_id.as_str().into(), seq: change.spend_seq }
 }

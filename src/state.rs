@@ -71,7 +71,7 @@ impl AppState {
             let budgets = budgets.clone();
             Box::new(move |changes: &[crate::db::cost_events::SpendChange], settled| {
                 budgets.spend_committed(changes);
-                budgets.settle_committed(settled);
+                budgets.settle_committed(settled, changes);
             })
         };
         let writer = AccountingWriter::start(

@@ -234,6 +234,64 @@ async fn two_instances_never_together_pass_a_strict_budget_with_tool_events() {
     drop(second);
 }
 
+/// Budget edits through one instance while the other settles calls on the budget: each
+/// edit refreshes the busy instance's actor in the middle of its burst, where a row read
+/// may or may not already count a commit whose settle is still on its way. The spend the
+/// busy instance holds is still exact at the end: every commit counted once (both
+/// backends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refreshes_in_a_burst_count_every_commit_once() {
+    const COST: i64 = 7;
+    const CALLERS: usize = 8;
+    const CALLS: usize = 40;
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (key_id, raw_key) = create_key(&owner, "agent").await;
+    let budget_id = strict_key_budget(&owner, &key_id, 1_000_000_000).await;
+    let second = Server::start(&app.db.url, &[]);
+    let busy = key_client(&second.proxy, &raw_key);
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut callers = Vec::new();
+    for _ in 0..CALLERS {
+        let (busy, done) = (busy.clone(), done.clone());
+        callers.push(tokio::spawn(async move {
+            for _ in 0..CALLS {
+                let r = busy.post("/v1/mcp/events", tool(COST)).await;
+                assert_eq!(r.status, 201, "{r:?}");
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    // Edits through the first instance until half the calls are in; each reaches the
+    // busy instance's watcher as someone else's change and refreshes its actor. The
+    // second half takes longer than the watcher's poll, so the actor's final spend is
+    // made of settles after its last refresh as well.
+    let mut edits = 0;
+    while done.load(Ordering::Relaxed) < CALLERS * CALLS / 2 {
+        strict_key_budget(&owner, &key_id, 1_000_000_000).await;
+        edits += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let total = i64::try_from(CALLERS * CALLS).unwrap() * COST;
+    let list = owner.get("/api/budgets").await;
+    let stored =
+        list.body["data"].as_array().unwrap().iter().find(|b| b["id"] == budget_id.as_str()).cloned();
+    assert_eq!(stored.as_ref().map(|b| b["spendMicrodollars"].clone()), Some(total.into()), "{list:?}");
+    // The last edit's refresh is over within the watcher's poll (500 ms); the settles
+    // of the last calls are in once their answers are.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let policy = busy.get("/v1/policy").await;
+    assert_eq!(
+        policy.body["budget"]["spend_microdollars"], total,
+        "the busy instance's actor after {edits} edits: {}",
+        policy.body["budget"]
+    );
+    drop(second);
+}
+
 /// An MCP tool event costing `cost`.
 fn tool(cost: i64) -> serde_json::Value {
     json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": cost })

@@ -147,6 +147,7 @@ fn budget(i: usize) -> StoredBudget {
         config: BudgetConfig::new(BIG),
         spend: 0,
         period_start: None,
+        spend_seq: 0,
     }
 }
 
@@ -364,6 +365,7 @@ impl BudgetStore for SyntheticStore {
             config: BudgetConfig { thresholds: vec![50, 80, 90], ..BudgetConfig::new(BIG) },
             spend: 0,
             period_start: None,
+            spend_seq: 0,
         });
         Box::pin(std::future::ready(Ok(budget)))
     }

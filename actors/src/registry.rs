@@ -66,7 +66,7 @@ use crate::budget::messages::{
     VelocityState,
 };
 use crate::budget::{Admission, BudgetSnapshot, Denial, LedgerEvent};
-use crate::store::{BudgetStore, EntityKey, StoreError};
+use crate::store::{BudgetStore, EntityKey, SpendMark, StoreError};
 pub(crate) use stats::{Counters, MailboxStats};
 pub use stats::{MailboxWait, RefusalReason, RegistryStats, WaitHistogram, ENTITY_TYPES, WAIT_BUCKETS};
 
@@ -308,6 +308,17 @@ struct RestartState {
     failures: u32,
     last_failure: Instant,
     retry_at: Instant,
+}
+
+/// The reservations one accounting commit settles on one entity, for
+/// [`BudgetRegistry::settle_batch`].
+#[derive(Debug, Clone)]
+pub struct EntitySettles {
+    pub key: EntityKey,
+    /// The commit's spend on the entity's budget row; `None` when it updated none.
+    pub mark: Option<SpendMark>,
+    /// `(reservation_id, actual)` per call.
+    pub settles: Vec<(u64, i64)>,
 }
 
 /// Finds, starts, supervises and passivates budget actors. Cheap to clone; the arbiters
@@ -599,15 +610,15 @@ impl BudgetRegistry {
     /// Returns the events to announce, per entity that has any.
     pub async fn settle_batch(
         &self,
-        batches: Vec<(EntityKey, Vec<(u64, i64)>)>,
+        batches: Vec<EntitySettles>,
         now_ms: i64,
     ) -> Vec<(EntityKey, Vec<LedgerEvent>)> {
         let committed_version = Some(self.load_version());
         let mut keys = Vec::with_capacity(batches.len());
         let mut queued = Vec::with_capacity(batches.len());
-        for (key, settles) in batches {
+        for EntitySettles { key, mark, settles } in batches {
             if let Some((reply, generation)) =
-                self.enqueue_live(&key, SettleBatch { settles, now_ms, committed_version })
+                self.enqueue_live(&key, SettleBatch { settles, now_ms, committed_version, mark })
             {
                 queued.push(Queued { index: keys.len(), generation, reply });
                 keys.push(key);
@@ -628,7 +639,24 @@ impl BudgetRegistry {
         now_ms: i64,
     ) -> Vec<(EntityKey, Vec<LedgerEvent>)> {
         let committed_version = Some(self.load_version());
-        let spends = self.enqueue_all(keys, &RecordSpend { amount, session_id, now_ms, committed_version });
+        let spend = RecordSpend { amount, session_id, now_ms, committed_version, mark: None };
+        let spends = self.enqueue_all(keys, &spend);
+        self.answers(keys, spends, has_events).await
+    }
+
+    /// [`record_spend`](Self::record_spend) on one entity, with the commit's `mark` on
+    /// its budget row (see [`SpendMark`]).
+    pub async fn record_committed_spend(
+        &self,
+        key: &EntityKey,
+        amount: i64,
+        mark: Option<SpendMark>,
+        now_ms: i64,
+    ) -> Vec<(EntityKey, Vec<LedgerEvent>)> {
+        let committed_version = Some(self.load_version());
+        let spend = RecordSpend { amount, session_id: None, now_ms, committed_version, mark };
+        let keys = std::slice::from_ref(key);
+        let spends = self.enqueue_all(keys, &spend);
         self.answers(keys, spends, has_events).await
     }
 

@@ -48,6 +48,29 @@ pub struct StoredBudget {
     pub spend: i64,
     /// `currentPeriodStart` (epoch ms), `None` without a reset interval.
     pub period_start: Option<i64>,
+    /// How many accounting commits have added spend to this row (see [`SpendMark`]).
+    pub spend_seq: i64,
+}
+
+/// Where a commit put its spend: the budget row and the `spend_seq` the commit gave it
+/// (each commit's spend update increments the row's `spend_seq` and reads it back, in
+/// one statement). A row read with `spend_seq >= seq` already counts that commit,
+/// whenever and on whichever instance the read happened; a row of another budget (the
+/// entity's budget was deleted and created again) never counts it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpendMark {
+    /// `svc_bgt_…` of the row the commit updated.
+    pub budget_id: Arc<str>,
+    pub seq: i64,
+}
+
+impl SpendMark {
+    /// Whether the row `budget_id`, read at `spend_seq`, leaves nothing of this commit to
+    /// add: the read came after the commit, or it is another budget's row, which the
+    /// commit never touched.
+    pub fn nothing_to_add(&self, budget_id: &str, spend_seq: i64) -> bool {
+        *self.budget_id != *budget_id || self.seq <= spend_seq
+    }
 }
 
 /// Storage could not answer. The actor that asked stops, and the registry re-creates it

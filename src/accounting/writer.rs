@@ -556,4 +556,57 @@ mod tests {
         };
         assert_eq!(read.await.unwrap(), (i64::MAX, "integer".to_owned()));
     }
+
+    /// Each commit that adds spend to a budget row increments its `spend_seq` and tells
+    /// the actors that number (the commit's mark), which the row read by an actor's load
+    /// carries too: what lets a refresh count every settle exactly once.
+    #[tokio::test]
+    async fn each_commit_marks_the_budget_rows_it_adds_spend_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("w.db").display());
+        crate::db::migrate(&url).await.unwrap();
+        let pool = Pool::connect(&url, 2).unwrap();
+        let now = time::now_ms();
+        let seed = async {
+            crate::with_conn!(&pool, write, |conn| {
+                use diesel_async::RunQueryDsl;
+                diesel::sql_query(format!(
+                    "INSERT INTO budgets (id, org_id, entity_type, entity_id, max_budget_microdollars, \
+                     spend_microdollars, policy, threshold_percentages, created_at, updated_at) \
+                     VALUES ('b1', 'org-m', 'tag', 'hot=1', 1000000, 0, 'warn', '[]', {now}, {now})",
+                ))
+                .execute(conn)
+                .await?;
+                Ok::<_, DbError>(())
+            })
+        };
+        seed.await.unwrap();
+        let marks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let on_commit: OnCommit = {
+            let marks = marks.clone();
+            Box::new(move |changes: &[SpendChange], _| {
+                let mut marks = marks.lock().unwrap();
+                marks.extend(changes.iter().map(|c| (c.budget_id.clone(), c.spend_seq, c.added)));
+            })
+        };
+        let writer = AccountingWriter::start(
+            pool.clone(),
+            crate::outbox::Outbox::new(),
+            on_commit,
+            Duration::ZERO,
+            metrics(),
+        );
+        writer.commit(vec![event("org-m", "m1", 100, Some("hot=1"))]).await.unwrap();
+        writer
+            .commit(vec![event("org-m", "m2", 30, Some("hot=1")), event("org-m", "m3", 5, None)])
+            .await
+            .unwrap();
+        // A duplicate adds nothing: no mark, no increment.
+        writer.commit(vec![event("org-m", "m1", 100, Some("hot=1"))]).await.unwrap();
+        let expected = vec![("b1".to_owned(), 1, 100), ("b1".to_owned(), 2, 30)];
+        assert_eq!(*marks.lock().unwrap(), expected);
+        let (row, spend_seq) =
+            crate::db::budgets::find_for_actor(&pool, "org-m", "tag", "hot=1").await.unwrap().unwrap();
+        assert_eq!((row.spend_microdollars, spend_seq), (130, 2));
+    }
 }

@@ -258,6 +258,26 @@ pub async fn find_by_entity(
     })
 }
 
+/// [`find_by_entity`] with the row's `spend_seq`, read in the same statement: what a
+/// budget actor loads (see `actors::store::SpendMark`).
+pub async fn find_for_actor(
+    pool: &Pool,
+    org_id: &str,
+    entity_type: &str,
+    entity_id: &str,
+) -> DbResult<Option<(Budget, i64)>> {
+    with_conn!(pool, read, |conn| {
+        Ok(budgets::table
+            .filter(budgets::org_id.eq(org_id))
+            .filter(budgets::entity_type.eq(entity_type))
+            .filter(budgets::entity_id.eq(entity_id))
+            .select((Budget::as_select(), budgets::spend_seq))
+            .first(conn)
+            .await
+            .optional()?)
+    })
+}
+
 pub async fn delete(pool: &Pool, org_id: &str, id: &str) -> DbResult<Option<Budget>> {
     with_tx!(pool, |conn| {
         // Reservations first, the budget row after: the same lock order as the

@@ -128,6 +128,9 @@ pub enum Outcome {
 #[derive(Debug, Clone)]
 pub struct SpendChange {
     pub target: BudgetTarget,
+    /// The row updated and the `spend_seq` the commit gave it.
+    pub budget_id: String,
+    pub spend_seq: i64,
     pub added: i64,
     /// The part of `added` from events without a reservation (SDK events); the rest is
     /// settled on the actors by the proxy request that reserved it.
@@ -260,22 +263,28 @@ macro_rules! commit_statements {
             if added == 0 {
                 continue;
             }
-            let updated: Vec<(i64, i64, String, Option<String>, Option<i64>)> = diesel::update(
+            let updated: Vec<(i64, i64, String, Option<String>, Option<i64>, String, i64)> = diesel::update(
                 budgets::table
                     .filter(budgets::org_id.eq(&target.org_id))
                     .filter(budgets::entity_type.eq(target.entity_type))
                     .filter(budgets::entity_id.eq(&target.entity_id)),
             )
-            .set((budgets::spend_microdollars.eq(saturating_add_spend(added)), budgets::updated_at.eq($now)))
+            .set((
+                budgets::spend_microdollars.eq(saturating_add_spend(added)),
+                budgets::spend_seq.eq(budgets::spend_seq + 1),
+                budgets::updated_at.eq($now),
+            ))
             .returning((
                 budgets::spend_microdollars,
                 budgets::max_budget_microdollars,
                 budgets::threshold_percentages,
                 budgets::reset_interval,
                 budgets::current_period_start,
+                budgets::id,
+                budgets::spend_seq,
             ))
             .get_results($conn) $($aw)* ?;
-            for (mut spend_after, limit, thresholds, interval, start) in updated {
+            for (mut spend_after, limit, thresholds, interval, start, budget_id, spend_seq) in updated {
                 // A refund (negative `added`) may have stopped at zero: what it found
                 // was at least `spend_after - added`; thresholds only look upward.
                 let mut spend_before = spend_after.saturating_sub(added);
@@ -305,7 +314,14 @@ macro_rules! commit_statements {
                     spend_before = 0;
                 }
                 outbox.extend(threshold_events(&target, &contributions, spend_before, limit, &thresholds, $now));
-                changes.push(SpendChange { target: target.clone(), added, unreserved, spend_after });
+                changes.push(SpendChange {
+                    target: target.clone(),
+                    budget_id,
+                    spend_seq,
+                    added,
+                    unreserved,
+                    spend_after,
+                });
             }
         }
         crate::db::shared_budgets::free_upto!($conn, freed, None, $($aw)*);

@@ -115,6 +115,7 @@ diesel::table! {
         loop_aggregate_max_keys -> Nullable<BigInt>,
         created_at -> BigInt,
         updated_at -> BigInt,
+        spend_seq -> BigInt,
     }
 }
 

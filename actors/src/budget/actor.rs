@@ -44,7 +44,7 @@ use super::messages::{
     SettleBatch, Snapshot, Tick, Timed, VelocityState,
 };
 use crate::registry::{ActorKey, Shared};
-use crate::store::{EntityKey, StoreError, StoredBudget};
+use crate::store::{EntityKey, SpendMark, StoreError, StoredBudget};
 
 /// Longest wait between two attempts to re-read a row after a failed [`Refresh`].
 const MAX_REFRESH_BACKOFF: Duration = Duration::from_secs(30);
@@ -170,6 +170,9 @@ pub struct BudgetActor {
 
 struct LiveBudget {
     budget_id: Box<str>,
+    /// The row's `spend_seq` when it was read: the commits the ledger's spend counts
+    /// through storage (later ones are counted by their settles; see [`SpendMark`]).
+    spend_seq: i64,
     ledger: BudgetLedger,
 }
 
@@ -233,6 +236,7 @@ impl BudgetActor {
         };
         match &mut self.budget {
             Some(live) if *live.budget_id == *stored.budget_id => {
+                live.spend_seq = stored.spend_seq;
                 live.ledger.reconfigure(stored.config, now_ms);
                 live.ledger.restore_spend(stored.spend, stored.period_start, now_ms);
             }
@@ -241,8 +245,11 @@ impl BudgetActor {
                 // reservations of another budget do not carry over.
                 self.reserved_at = None;
                 let ledger = BudgetLedger::new(stored.config, stored.spend, stored.period_start, now_ms);
-                self.budget =
-                    Some(Box::new(LiveBudget { budget_id: stored.budget_id.into_boxed_str(), ledger }));
+                self.budget = Some(Box::new(LiveBudget {
+                    budget_id: stored.budget_id.into_boxed_str(),
+                    spend_seq: stored.spend_seq,
+                    ledger,
+                }));
             }
         }
     }
@@ -379,12 +386,17 @@ impl BudgetActor {
         }
     }
 
-    /// Whether storage state loaded by this actor already counts spend committed before
-    /// `committed_version` was taken.
-    fn already_counted(&self, committed_version: Option<u64>) -> bool {
+    /// Whether the state in force already counts the spend of a commit: exactly, by the
+    /// commit's `mark` on the budget row; without one (the entity had no budget row when
+    /// the commit ran, or a caller outside the accounting writer), by the load version.
+    fn already_counted(&self, mark: Option<&SpendMark>, committed_version: Option<u64>) -> bool {
+        if let (Some(mark), Some(live)) = (mark, &self.budget) {
+            return mark.nothing_to_add(&live.budget_id, live.spend_seq);
+        }
         // INVARIANT: `self.version` was taken before the state in force was read, and a
         // `committed_version` after the spend was committed; so `committed < version`
-        // means the read came after the commit.
+        // means the read came after the commit. The converse does not hold (a read that
+        // began before the commit may still see it), so this errs towards counting twice.
         committed_version.is_some_and(|committed| committed < self.version)
     }
 }
@@ -484,7 +496,7 @@ impl Handler<SettleBatch> for BudgetActor {
 
     fn handle(&mut self, batch: SettleBatch, _ctx: &mut Context<Self>) -> Self::Result {
         self.active = true;
-        let counted = self.already_counted(batch.committed_version);
+        let counted = self.already_counted(batch.mark.as_ref(), batch.committed_version);
         let mut events = Vec::new();
         for &(reservation_id, actual) in &batch.settles {
             self.untrack_reservation(reservation_id);
@@ -535,7 +547,7 @@ impl Handler<Settle> for BudgetActor {
     fn handle(&mut self, settle: Settle, _ctx: &mut Context<Self>) -> Self::Result {
         self.active = true;
         self.untrack_reservation(settle.reservation_id);
-        let counted = self.already_counted(settle.committed_version);
+        let counted = self.already_counted(None, settle.committed_version);
         let Some(budget) = &mut self.budget else {
             return MessageResult(Vec::new());
         };
@@ -564,7 +576,7 @@ impl Handler<RecordSpend> for BudgetActor {
 
     fn handle(&mut self, spend: RecordSpend, _ctx: &mut Context<Self>) -> Self::Result {
         self.active = true;
-        if self.already_counted(spend.committed_version) {
+        if self.already_counted(spend.mark.as_ref(), spend.committed_version) {
             return MessageResult(Vec::new());
         }
         let Some(budget) = &mut self.budget else {
@@ -601,7 +613,7 @@ impl Handler<Refresh> for BudgetActor {
         // would raise spend by a commit the read may not see, and applying the row
         // afterwards would put the lower stored spend back: that spend would be lost
         // and the budget over-admitted. Settles queued behind the read are applied after
-        // it, counted once by their committed version (see `already_counted`).
+        // it, each counted once by its commit's mark on the row (see `already_counted`).
         let load = self.shared.store.load(&self.key);
         AtomicResponse::new(Box::pin(
             fut::wrap_future::<_, Self>(load)

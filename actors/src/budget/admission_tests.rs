@@ -11,7 +11,8 @@ use super::messages::{Admit, Expired, Timed};
 use super::tests::{config, key, registry, reserve, snapshot, store_with, stored, GatedStore, PollOnce};
 use super::*;
 use crate::registry::{
-    system_now_ms, BudgetRegistry, RefusalReason, RegistryConfig, RegistryError, ReserveAllError, Waiting,
+    system_now_ms, BudgetRegistry, EntitySettles, RefusalReason, RegistryConfig, RegistryError,
+    ReserveAllError, Waiting,
 };
 use crate::store::{BudgetStore, EntityKey, MemoryStore, StoreError, StoredBudget};
 
@@ -207,10 +208,11 @@ async fn one_message_settles_a_whole_commit() {
     registry.reserve_all(&keys, &one).await.unwrap();
     registry.reserve_all(&keys[..1], &two).await.unwrap();
 
+    let batch = |id: &str, settles| EntitySettles { key: key(id), mark: None, settles };
     let batches = vec![
-        (key("a"), vec![(one.reservation_id, 50), (two.reservation_id, 150)]),
-        (key("b"), vec![(one.reservation_id, 50)]),
-        (key("nobody"), vec![(one.reservation_id, 50)]),
+        batch("a", vec![(one.reservation_id, 50), (two.reservation_id, 150)]),
+        batch("b", vec![(one.reservation_id, 50)]),
+        batch("nobody", vec![(one.reservation_id, 50)]),
     ];
     registry.settle_batch(batches, system_now_ms()).await;
     let (a, b) = (snapshot(&registry, "a").await, snapshot(&registry, "b").await);
@@ -245,7 +247,8 @@ async fn the_period_boundary_is_exact_in_memory() {
     let s = snapshot(&registry, "p").await;
     assert_eq!((s.spend, s.period_start), (0, Some(next)));
 
-    registry.settle_batch(vec![(key("p"), vec![(before.reservation_id, 80)])], next + 1).await;
+    let batch = EntitySettles { key: key("p"), mark: None, settles: vec![(before.reservation_id, 80)] };
+    registry.settle_batch(vec![batch], next + 1).await;
     let s = snapshot(&registry, "p").await;
     assert_eq!((s.spend, s.reserved), (80, 500), "the settle after the boundary counts in the new period");
 }

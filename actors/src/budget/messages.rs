@@ -10,7 +10,7 @@ use std::time::Instant;
 use actix::Message;
 
 use super::ledger::{Admission, BudgetSnapshot, Denial, Fingerprint, LedgerEvent};
-use crate::store::StoredBudget;
+use crate::store::{SpendMark, StoredBudget};
 
 /// What identifies "the same call" for loop detection, owned so it can cross threads.
 /// The strings are shared, so sending one reservation to several entities copies nothing.
@@ -74,8 +74,11 @@ pub struct SettleBatch {
     pub settles: Vec<(u64, i64)>,
     /// When the commit happened: the settles count in the period storage counted them in.
     pub now_ms: i64,
-    /// As in [`Settle::committed_version`].
+    /// As in [`Settle::committed_version`]; only used without a `mark`.
     pub committed_version: Option<u64>,
+    /// The commit's spend on this entity's budget row, when it had one: decides exactly
+    /// whether the state in force already counts it (see [`SpendMark`]).
+    pub mark: Option<SpendMark>,
 }
 
 impl Message for SettleBatch {
@@ -99,8 +102,10 @@ pub struct RecordSpend {
     pub amount: i64,
     pub session_id: Option<Arc<str>>,
     pub now_ms: i64,
-    /// As in [`Settle::committed_version`].
+    /// As in [`Settle::committed_version`]; only used without a `mark`.
     pub committed_version: Option<u64>,
+    /// As in [`SettleBatch::mark`].
+    pub mark: Option<SpendMark>,
 }
 
 impl Message for RecordSpend {

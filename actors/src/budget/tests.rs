@@ -15,10 +15,10 @@ use futures_util::FutureExt;
 use super::messages::Panic;
 use super::*;
 use crate::registry::{
-    system_now_ms, BudgetRegistry, RegistryConfig, RegistryError, ReserveAllError,
+    system_now_ms, BudgetRegistry, EntitySettles, RegistryConfig, RegistryError, ReserveAllError,
     DEFAULT_RESERVATION_MAX_AGE,
 };
-use crate::store::{BudgetStore, EntityKey, MemoryStore, StoreError, StoredBudget};
+use crate::store::{BudgetStore, EntityKey, MemoryStore, SpendMark, StoreError, StoredBudget};
 
 pub(super) fn config() -> RegistryConfig {
     RegistryConfig {
@@ -38,7 +38,7 @@ pub(super) fn key(id: &str) -> EntityKey {
 }
 
 pub(super) fn stored(id: &str, config: BudgetConfig) -> StoredBudget {
-    StoredBudget { budget_id: format!("svc_bgt_{id}"), config, spend: 0, period_start: None }
+    StoredBudget { budget_id: format!("svc_bgt_{id}"), config, spend: 0, period_start: None, spend_seq: 0 }
 }
 
 pub(super) fn store_with(budgets: &[(&str, i64)]) -> MemoryStore {
@@ -362,6 +362,50 @@ async fn spend_committed_before_a_reload_is_not_counted_twice() {
     assert!(events.is_empty(), "no threshold configured: {events:?}");
     assert_eq!(snapshot(&registry, "a").await.spend, 100);
     assert_eq!(registry.live_actors(), 1);
+}
+
+/// A mark of a commit on the row of budget `id` at `seq`.
+fn mark(id: &str, seq: i64) -> Option<SpendMark> {
+    Some(SpendMark { budget_id: format!("svc_bgt_{id}").into(), seq })
+}
+
+#[actix::test]
+async fn a_refresh_that_saw_a_commit_it_began_before_does_not_count_it_twice() {
+    let store = store_with(&[("a", 1_000)]);
+    let registry = registry(&store, config());
+    let request = reserve(&registry, 600);
+    registry.reserve_all(&[key("a")], &request).await.unwrap();
+
+    // A budget change elsewhere: a refresh takes its version and begins its read; the
+    // call's cost (600) is committed meanwhile, and the read sees it.
+    let version = registry.load_version();
+    let row = StoredBudget { spend: 600, spend_seq: 1, ..stored("a", BudgetConfig::new(1_000)) };
+    let addr = registry.get_or_start(&key("a")).unwrap();
+    addr.send(Reload { budget: Some(row), version: Some(version) }).await.unwrap();
+
+    // The settle comes after the read, with a version later than the refresh's: only the
+    // commit's mark on the row tells that the read counts it.
+    let batch =
+        EntitySettles { key: key("a"), mark: mark("a", 1), settles: vec![(request.reservation_id, 600)] };
+    registry.settle_batch(vec![batch], system_now_ms()).await;
+    let after = snapshot(&registry, "a").await;
+    assert_eq!((after.spend, after.reserved), (600, 0));
+    registry.reserve_all(&[key("a")], &reserve(&registry, 400)).await.expect("400 still fits");
+
+    // A later commit (seq 2) counts; spend without a reservation likewise.
+    let next = reserve(&registry, 0);
+    let batch = EntitySettles { key: key("a"), mark: mark("a", 2), settles: vec![(next.reservation_id, 10)] };
+    registry.settle_batch(vec![batch], system_now_ms()).await;
+    registry.record_committed_spend(&key("a"), 5, mark("a", 3), system_now_ms()).await;
+    assert_eq!(snapshot(&registry, "a").await.spend, 615);
+
+    // The budget was deleted and created again (a new row): spend committed to the old
+    // row is not the new budget's.
+    let renewed =
+        StoredBudget { budget_id: "svc_bgt_renewed".to_owned(), ..stored("a", BudgetConfig::new(1_000)) };
+    addr.send(Reload { budget: Some(renewed), version: Some(registry.load_version()) }).await.unwrap();
+    registry.record_committed_spend(&key("a"), 70, mark("a", 4), system_now_ms()).await;
+    assert_eq!(snapshot(&registry, "a").await.spend, 0);
 }
 
 #[actix::test]
