@@ -84,6 +84,11 @@ impl PgDb {
 
 impl Drop for PgDb {
     fn drop(&mut self) {
+        // `BENCH_KEEP_DB=1` keeps the database for a look at its plans afterwards.
+        if std::env::var("BENCH_KEEP_DB").is_ok_and(|v| v == "1") {
+            eprintln!("kept database {} (BENCH_KEEP_DB=1)", self.0);
+            return;
+        }
         psql(&format!("DROP DATABASE {} WITH (FORCE)", self.0));
     }
 }
