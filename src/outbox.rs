@@ -63,6 +63,13 @@ impl Outbox {
         self.cache.get(org_id)
     }
 
+    /// Whether an organization may have a subscriber for `event_type`: `false` only
+    /// when its cached subscribers are known and none wants it (an outbox row of that
+    /// kind would queue nothing). Not cached: `true`, and the enqueue reads them.
+    pub fn may_want(&self, org_id: &str, event_type: &str) -> bool {
+        self.cached(org_id).is_none_or(|subs| subs.iter().any(|s| s.wants(event_type)))
+    }
+
     /// Caches an organization's subscribers as read from storage (endpoint id,
     /// stored `event_types`).
     pub fn fill(&self, org_id: &str, rows: Vec<(String, String)>) -> Arc<Vec<Subscriber>> {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use actors::budget::{next_period_start, period_start, ResetInterval};
 
-use crate::db::models::{CostEvent, CostEventTag, OutboxEvent};
+use crate::db::models::{CostEvent, OutboxEvent};
 use crate::db::rollups::Partial;
 use crate::db::schema::{budgets, cost_event_bodies, cost_event_tags, cost_events};
 use crate::db::{DbResult, Pool};
@@ -235,8 +235,8 @@ macro_rules! commit_statements {
                 outcomes.push(Outcome::Duplicate { id, created_at });
             }
         }
-        let plan = plan_inserted(events, &inserted_ids, $now);
-        let tag_rows: Vec<&CostEventTag> = plan.tags.iter().collect();
+        let plan = plan_inserted(events, &inserted_ids, |org| $subs.may_want(org, CREATED), $now);
+        let tag_rows: Vec<&TagRow<'_>> = plan.tags.iter().collect();
         for_fixed_chunks!(tag_rows.as_slice(), |chunk| {
             diesel::insert_into(cost_event_tags::table).values(chunk).on_conflict_do_nothing().execute($conn) $($aw)* ?;
         });
@@ -400,35 +400,59 @@ pub async fn commit_batch(
 /// reservation covers.
 type TargetSum = (i64, Vec<(i64, String)>, i64);
 
+/// The outbox event every inserted cost event may cause.
+const CREATED: &str = "cost_event.created";
+
+/// A tag row of an event in the commit, borrowing its strings from the event: a
+/// commit writes a few per event, and owned rows cost four string copies each.
+#[derive(Debug, Clone, Copy, diesel::Insertable)]
+#[diesel(table_name = cost_event_tags, treat_none_as_default_value = false)]
+struct TagRow<'a> {
+    event_id: &'a str,
+    org_id: &'a str,
+    tag_key: &'a str,
+    tag_value: &'a str,
+    created_at: i64,
+}
+
 /// What the inserted events of a batch add: tag rows, outbox rows, and the sum
 /// per budget target (with each contribution, in order, for threshold events).
-struct InsertPlan {
-    tags: Vec<CostEventTag>,
+struct InsertPlan<'a> {
+    tags: Vec<TagRow<'a>>,
     bodies: Vec<crate::db::models::CostEventBody>,
     outbox: Vec<OutboxEvent>,
     /// Per target: total added, each contribution, and the part no reservation covers.
     sums: BTreeMap<BudgetTarget, TargetSum>,
 }
 
-fn plan_inserted(
-    events: &[NewCostEvent],
+/// Plans the writes of the inserted events. `may_want_created` says whether an
+/// organization may have a webhook subscriber for `cost_event.created`: when it
+/// surely has none, the outbox rows the enqueue would drop anyway are not built (a
+/// new id and a JSON payload per event, in the one writer).
+fn plan_inserted<'a>(
+    events: &'a [NewCostEvent],
     inserted: &std::collections::HashSet<String>,
+    may_want_created: impl Fn(&str) -> bool,
     now: i64,
-) -> InsertPlan {
+) -> InsertPlan<'a> {
     let mut plan =
         InsertPlan { tags: Vec::new(), bodies: Vec::new(), outbox: Vec::new(), sums: BTreeMap::new() };
+    let mut wanted: Option<(&str, bool)> = None;
     for e in events.iter().filter(|e| inserted.contains(&e.row.id)) {
         for (k, v) in &e.tags {
-            plan.tags.push(CostEventTag {
-                event_id: e.row.id.clone(),
-                org_id: e.row.org_id.clone(),
-                tag_key: k.clone(),
-                tag_value: v.clone(),
+            plan.tags.push(TagRow {
+                event_id: &e.row.id,
+                org_id: &e.row.org_id,
+                tag_key: k,
+                tag_value: v,
                 created_at: e.row.created_at,
             });
         }
         for t in &e.targets {
-            let entry = plan.sums.entry(t.clone()).or_default();
+            let entry = match plan.sums.get_mut(t) {
+                Some(entry) => entry,
+                None => plan.sums.entry(t.clone()).or_default(),
+            };
             entry.0 = entry.0.saturating_add(e.row.cost_microdollars);
             entry.1.push((e.row.cost_microdollars, e.row.request_id.clone()));
             if !e.reserved {
@@ -436,12 +460,23 @@ fn plan_inserted(
             }
         }
         plan.bodies.extend(e.body.iter().cloned());
-        plan.outbox.push(outbox_event(
-            &e.row.org_id,
-            "cost_event.created",
-            serde_json::json!({ "cost_event_id": e.row.id }),
-            now,
-        ));
+        let org = e.row.org_id.as_str();
+        let wants = match wanted {
+            Some((o, w)) if o == org => w,
+            _ => {
+                let w = may_want_created(org);
+                wanted = Some((org, w));
+                w
+            }
+        };
+        if wants {
+            plan.outbox.push(outbox_event(
+                org,
+                CREATED,
+                serde_json::json!({ "cost_event_id": e.row.id }),
+                now,
+            ));
+        }
         plan.outbox.extend(e.outbox.iter().cloned());
     }
     plan
@@ -490,7 +525,7 @@ fn threshold_events(
 /// is built from the event row when it is delivered. Other kinds hold their object.
 pub async fn outbox_object(pool: &Pool, row: &OutboxEvent) -> DbResult<serde_json::Value> {
     let payload: serde_json::Value = serde_json::from_str(&row.payload).unwrap_or(serde_json::Value::Null);
-    if row.event_type != "cost_event.created" {
+    if row.event_type != CREATED {
         return Ok(payload);
     }
     let id = payload["cost_event_id"].as_str().unwrap_or_default().to_owned();

@@ -383,46 +383,144 @@ pub fn rows(sums: Partial) -> Vec<RollupRow> {
 /// transaction: new rows are inserted, existing ones get the sums added. Expanded
 /// for the sync SQLite and the async PostgreSQL connection like the commit itself
 /// (`$($aw)*` is `.await` or nothing). Chunks of 64, 8 and 1 rows (the commit's
-/// `for_fixed_chunks!`) keep the statement shapes few, so they stay prepared.
+/// `for_fixed_chunks!`) keep the statement shapes few, and [`RollupUpsert`] lets the
+/// connection keep each prepared.
 macro_rules! upsert_rollups {
     ($conn:ident, $rows:expr, $($aw:tt)*) => {{
-        use diesel::upsert::excluded;
-        use $crate::db::schema::cost_rollups as r;
         let refs: Vec<&$crate::db::rollups::RollupRow> = $rows.iter().collect();
         $crate::db::cost_events::for_fixed_chunks!(refs.as_slice(), |chunk| {
-            diesel::insert_into(r::table)
-                .values(chunk)
-                .on_conflict((r::org_id, r::dim, r::name, r::grain, r::bucket, r::label1, r::label2, r::estimated))
-                .do_update()
-                .set((
-                    r::event_count.eq(r::event_count + excluded(r::event_count)),
-                    r::cost_hi.eq(r::cost_hi + excluded(r::cost_hi)),
-                    r::cost_lo.eq(r::cost_lo + excluded(r::cost_lo)),
-                    r::input_hi.eq(r::input_hi + excluded(r::input_hi)),
-                    r::input_lo.eq(r::input_lo + excluded(r::input_lo)),
-                    r::output_hi.eq(r::output_hi + excluded(r::output_hi)),
-                    r::output_lo.eq(r::output_lo + excluded(r::output_lo)),
-                    r::cached_hi.eq(r::cached_hi + excluded(r::cached_hi)),
-                    r::cached_lo.eq(r::cached_lo + excluded(r::cached_lo)),
-                    r::reasoning_hi.eq(r::reasoning_hi + excluded(r::reasoning_hi)),
-                    r::reasoning_lo.eq(r::reasoning_lo + excluded(r::reasoning_lo)),
-                    r::duration_hi.eq(r::duration_hi + excluded(r::duration_hi)),
-                    r::duration_lo.eq(r::duration_lo + excluded(r::duration_lo)),
-                    r::duration_count.eq(r::duration_count + excluded(r::duration_count)),
-                    r::bd_input_hi.eq(r::bd_input_hi + excluded(r::bd_input_hi)),
-                    r::bd_input_lo.eq(r::bd_input_lo + excluded(r::bd_input_lo)),
-                    r::bd_output_hi.eq(r::bd_output_hi + excluded(r::bd_output_hi)),
-                    r::bd_output_lo.eq(r::bd_output_lo + excluded(r::bd_output_lo)),
-                    r::bd_cached_hi.eq(r::bd_cached_hi + excluded(r::bd_cached_hi)),
-                    r::bd_cached_lo.eq(r::bd_cached_lo + excluded(r::bd_cached_lo)),
-                    r::bd_reasoning_hi.eq(r::bd_reasoning_hi + excluded(r::bd_reasoning_hi)),
-                    r::bd_reasoning_lo.eq(r::bd_reasoning_lo + excluded(r::bd_reasoning_lo)),
-                ))
-                .execute($conn) $($aw)* ?;
+            $crate::db::rollups::RollupUpsert(chunk).execute($conn) $($aw)* ?;
         });
     }};
 }
 pub(crate) use upsert_rollups;
+
+/// The upsert of `N` rollup rows, written out by hand. Diesel's own upsert
+/// (`on_conflict().do_update()`) is never kept prepared: its SQL could change with
+/// the values of an update changeset, so every commit parsed and planned it again
+/// (about 3 % of the writer's time under SQLite ingest). This statement's SQL depends
+/// on `N` alone, so its query id is static and each connection prepares it once.
+pub struct RollupUpsert<'a, const N: usize>(pub [&'a RollupRow; N]);
+
+/// The query id of [`RollupUpsert`] with `N` rows.
+pub struct RollupUpsertId<const N: usize>;
+
+impl<const N: usize> diesel::query_builder::QueryId for RollupUpsert<'_, N> {
+    type QueryId = RollupUpsertId<N>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<Conn, const N: usize> diesel::RunQueryDsl<Conn> for RollupUpsert<'_, N> {}
+
+/// The columns of `cost_rollups` in insert order: the key, then the sums.
+const ROLLUP_COLUMNS: &str = "org_id, dim, name, grain, bucket, label1, label2, estimated, event_count, \
+     cost_hi, cost_lo, input_hi, input_lo, output_hi, output_lo, cached_hi, cached_lo, reasoning_hi, \
+     reasoning_lo, duration_hi, duration_lo, duration_count, bd_input_hi, bd_input_lo, bd_output_hi, \
+     bd_output_lo, bd_cached_hi, bd_cached_lo, bd_reasoning_hi, bd_reasoning_lo";
+
+/// The sums of `cost_rollups`, added to an existing row's on conflict.
+const ROLLUP_SUMS: [&str; 22] = [
+    "event_count",
+    "cost_hi",
+    "cost_lo",
+    "input_hi",
+    "input_lo",
+    "output_hi",
+    "output_lo",
+    "cached_hi",
+    "cached_lo",
+    "reasoning_hi",
+    "reasoning_lo",
+    "duration_hi",
+    "duration_lo",
+    "duration_count",
+    "bd_input_hi",
+    "bd_input_lo",
+    "bd_output_hi",
+    "bd_output_lo",
+    "bd_cached_hi",
+    "bd_cached_lo",
+    "bd_reasoning_hi",
+    "bd_reasoning_lo",
+];
+
+impl<DB, const N: usize> diesel::query_builder::QueryFragment<DB> for RollupUpsert<'_, N>
+where
+    DB: diesel::backend::Backend
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Text>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::BigInt>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Bool>,
+    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+    bool: diesel::serialize::ToSql<diesel::sql_types::Bool, DB>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> diesel::QueryResult<()> {
+        use diesel::sql_types::{BigInt, Bool, Text};
+        out.push_sql("INSERT INTO cost_rollups (");
+        out.push_sql(ROLLUP_COLUMNS);
+        out.push_sql(") VALUES ");
+        for (i, r) in self.0.iter().enumerate() {
+            out.push_sql(if i == 0 { "(" } else { ", (" });
+            for text in [&r.org_id, &r.dim, &r.name, &r.grain] {
+                out.push_bind_param::<Text, str>(text.as_str())?;
+                out.push_sql(", ");
+            }
+            out.push_bind_param::<BigInt, i64>(&r.bucket)?;
+            for text in [&r.label1, &r.label2] {
+                out.push_sql(", ");
+                out.push_bind_param::<Text, str>(text.as_str())?;
+            }
+            out.push_sql(", ");
+            out.push_bind_param::<Bool, bool>(&r.estimated)?;
+            let sums = [
+                &r.event_count,
+                &r.cost_hi,
+                &r.cost_lo,
+                &r.input_hi,
+                &r.input_lo,
+                &r.output_hi,
+                &r.output_lo,
+                &r.cached_hi,
+                &r.cached_lo,
+                &r.reasoning_hi,
+                &r.reasoning_lo,
+                &r.duration_hi,
+                &r.duration_lo,
+                &r.duration_count,
+                &r.bd_input_hi,
+                &r.bd_input_lo,
+                &r.bd_output_hi,
+                &r.bd_output_lo,
+                &r.bd_cached_hi,
+                &r.bd_cached_lo,
+                &r.bd_reasoning_hi,
+                &r.bd_reasoning_lo,
+            ];
+            for sum in sums {
+                out.push_sql(", ");
+                out.push_bind_param::<BigInt, i64>(sum)?;
+            }
+            out.push_sql(")");
+        }
+        out.push_sql(
+            " ON CONFLICT (org_id, dim, name, grain, bucket, label1, label2, estimated) DO UPDATE SET ",
+        );
+        for (i, column) in ROLLUP_SUMS.iter().enumerate() {
+            if i > 0 {
+                out.push_sql(", ");
+            }
+            out.push_sql(column);
+            out.push_sql(" = cost_rollups.");
+            out.push_sql(column);
+            out.push_sql(" + excluded.");
+            out.push_sql(column);
+        }
+        Ok(())
+    }
+}
 
 /// What one read needs: the rows of dimension `dim` (with tag key `name`; `""` for
 /// the dimensions without one), optionally only those whose first label is `label1`.
