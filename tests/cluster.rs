@@ -267,7 +267,8 @@ async fn refreshes_in_a_burst_count_every_commit_once() {
     // second half takes longer than the watcher's poll, so the actor's final spend is
     // made of settles after its last refresh as well.
     let mut edits = 0;
-    while done.load(Ordering::Relaxed) < CALLERS * CALLS / 2 {
+    // (A caller that failed stops counting: the loop also ends once none is running.)
+    while done.load(Ordering::Relaxed) < CALLERS * CALLS / 2 && !callers.iter().all(|c| c.is_finished()) {
         strict_key_budget(&owner, &key_id, 1_000_000_000).await;
         edits += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;

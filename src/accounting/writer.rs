@@ -508,8 +508,9 @@ mod tests {
 
     /// A budget whose spend would pass i64::MAX stays an integer at i64::MAX (SQLite
     /// would make it a REAL).
-    #[tokio::test]
-    async fn spend_saturates_instead_of_overflowing() {
+    /// A fresh SQLite database holding one `warn` budget `b1` on the tag `hot=1` of
+    /// `org`; the directory must outlive the pool.
+    async fn db_with_tag_budget(org: &str, max: i64, spend: i64) -> (tempfile::TempDir, Pool) {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("w.db").display());
         crate::db::migrate(&url).await.unwrap();
@@ -521,9 +522,7 @@ mod tests {
                 diesel::sql_query(format!(
                     "INSERT INTO budgets (id, org_id, entity_type, entity_id, max_budget_microdollars, \
                      spend_microdollars, policy, threshold_percentages, created_at, updated_at) \
-                     VALUES ('b1', 'org-b', 'tag', 'hot=1', {max}, {near}, 'warn', '[]', {now}, {now})",
-                    max = i64::MAX,
-                    near = i64::MAX - 10,
+                     VALUES ('b1', '{org}', 'tag', 'hot=1', {max}, {spend}, 'warn', '[]', {now}, {now})",
                 ))
                 .execute(conn)
                 .await?;
@@ -531,6 +530,12 @@ mod tests {
             })
         };
         seed.await.unwrap();
+        (dir, pool)
+    }
+
+    #[tokio::test]
+    async fn spend_saturates_instead_of_overflowing() {
+        let (_dir, pool) = db_with_tag_budget("org-b", i64::MAX, i64::MAX - 10).await;
         let writer = AccountingWriter::start(
             pool.clone(),
             crate::outbox::Outbox::new(),
@@ -562,25 +567,7 @@ mod tests {
     /// carries too: what lets a refresh count every settle exactly once.
     #[tokio::test]
     async fn each_commit_marks_the_budget_rows_it_adds_spend_to() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("w.db").display());
-        crate::db::migrate(&url).await.unwrap();
-        let pool = Pool::connect(&url, 2).unwrap();
-        let now = time::now_ms();
-        let seed = async {
-            crate::with_conn!(&pool, write, |conn| {
-                use diesel_async::RunQueryDsl;
-                diesel::sql_query(format!(
-                    "INSERT INTO budgets (id, org_id, entity_type, entity_id, max_budget_microdollars, \
-                     spend_microdollars, policy, threshold_percentages, created_at, updated_at) \
-                     VALUES ('b1', 'org-m', 'tag', 'hot=1', 1000000, 0, 'warn', '[]', {now}, {now})",
-                ))
-                .execute(conn)
-                .await?;
-                Ok::<_, DbError>(())
-            })
-        };
-        seed.await.unwrap();
+        let (_dir, pool) = db_with_tag_budget("org-m", 1_000_000, 0).await;
         let marks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let on_commit: OnCommit = {
             let marks = marks.clone();

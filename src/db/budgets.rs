@@ -236,9 +236,6 @@ pub async fn for_entities(pool: &Pool, org_id: &str, entities: &[(&str, String)]
         .collect())
 }
 
-/// Deletes a budget of an organization with its persisted reservations (they would
-/// name a budget that no longer exists). Returns the deleted row, or `None` when the
-/// organization has no such budget.
 /// The budget of one entity, if it has one.
 pub async fn find_by_entity(
     pool: &Pool,
@@ -246,16 +243,7 @@ pub async fn find_by_entity(
     entity_type: &str,
     entity_id: &str,
 ) -> DbResult<Option<Budget>> {
-    with_conn!(pool, read, |conn| {
-        Ok(budgets::table
-            .filter(budgets::org_id.eq(org_id))
-            .filter(budgets::entity_type.eq(entity_type))
-            .filter(budgets::entity_id.eq(entity_id))
-            .select(Budget::as_select())
-            .first(conn)
-            .await
-            .optional()?)
-    })
+    Ok(find_for_actor(pool, org_id, entity_type, entity_id).await?.map(|(budget, _)| budget))
 }
 
 /// [`find_by_entity`] with the row's `spend_seq`, read in the same statement: what a
@@ -278,6 +266,9 @@ pub async fn find_for_actor(
     })
 }
 
+/// Deletes a budget of an organization with its persisted reservations (they would
+/// name a budget that no longer exists). Returns the deleted row, or `None` when the
+/// organization has no such budget.
 pub async fn delete(pool: &Pool, org_id: &str, id: &str) -> DbResult<Option<Budget>> {
     with_tx!(pool, |conn| {
         // Reservations first, the budget row after: the same lock order as the

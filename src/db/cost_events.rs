@@ -83,9 +83,9 @@ pub struct Batch {
 }
 
 /// The rollup sums of `events`.
-pub fn partial_of(events: &[NewCostEvent]) -> Partial {
+pub fn partial_of<'a>(events: impl IntoIterator<Item = &'a NewCostEvent>) -> Partial {
     crate::db::rollups::partial(
-        events.iter().map(|e| (&e.row, e.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
+        events.into_iter().map(|e| (&e.row, e.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
     )
 }
 
@@ -101,9 +101,8 @@ fn rollups_of_inserted(batch: &Batch, inserted: &HashSet<String>) -> Partial {
         if events.iter().all(|e| inserted.contains(&e.row.id)) {
             crate::db::rollups::merge(&mut total, sums);
         } else {
-            let kept: Vec<NewCostEvent> =
-                events.iter().filter(|e| inserted.contains(&e.row.id)).cloned().collect();
-            crate::db::rollups::merge(&mut total, &partial_of(&kept));
+            let kept = events.iter().filter(|e| inserted.contains(&e.row.id));
+            crate::db::rollups::merge(&mut total, &partial_of(kept));
         }
     }
     total
