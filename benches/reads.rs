@@ -262,6 +262,10 @@ fn main() {
         } else {
             let dir = tempfile::tempdir().expect("tempdir");
             run("sqlite", &format!("sqlite://{}", dir.path().join("reads.db").display()), n).await;
+            // `BENCH_KEEP_DB=1` keeps the SQLite file too, for a look at its plans.
+            if std::env::var("BENCH_KEEP_DB").is_ok_and(|v| v == "1") {
+                eprintln!("kept database {}", dir.keep().join("reads.db").display());
+            }
         }
     });
 }

@@ -365,7 +365,7 @@ pub async fn spend_sources(
         }
     };
     let window = (since.unwrap_or(i64::MIN), None);
-    let rows = rollups::window_between(pool, org_id, window, false, &[spec]).await?;
+    let rows = crate::db::rollup_labels::window_labels(pool, org_id, window, false, &[spec]).await?;
     let mut by_source: BTreeMap<&str, Sums> = BTreeMap::new();
     for r in &rows {
         by_source.entry(&r.label2).or_default().add(&r.sums);

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use crate::db::exact_sum::{self, join, SumParts};
 use crate::db::models::CostEvent;
+use crate::db::rollup_labels::{window_labels, LabelRow};
 use crate::db::rollup_top;
 use crate::db::rollups::{
     self, sat, Spec, Sums, WindowRow, KEY_MODEL, MODEL, SOURCE, TAG_KEY, TAG_MODEL, TOOL, TOTAL, TRACE,
@@ -463,6 +464,15 @@ fn fold<'r, K: Ord>(
     out
 }
 
+/// [`fold`] of the label rows of one dimension.
+fn label_fold<K: Ord>(rows: &[LabelRow], dim: &str, key: impl Fn(&LabelRow) -> K) -> BTreeMap<K, Sums> {
+    let mut out: BTreeMap<K, Sums> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.dim == dim) {
+        out.entry(key(r)).or_default().add(&r.sums);
+    }
+    out
+}
+
 fn of_dim<'r>(rows: &'r [WindowRow], dim: &'static str) -> impl Iterator<Item = &'r WindowRow> + 'r {
     rows.iter().filter(move |r| r.dim == dim)
 }
@@ -561,11 +571,10 @@ pub async fn attribution(
         Grouping::ApiKey => (all_of(KEY_MODEL), false),
         Grouping::Tag(key) => (Spec { dim: TAG_MODEL, name: Some(key), label1: None }, true),
     };
-    let rows =
-        rollups::window(pool, org_id, window.since, window.exclude_estimated, &[all_of(TOTAL), group_spec])
-            .await?;
-    let total = fold(of_dim(&rows, TOTAL), |_| ()).remove(&()).unwrap_or_default();
-    let mut by_label = fold(of_dim(&rows, group_spec.dim), |r| r.label1.clone());
+    let specs = [all_of(TOTAL), group_spec];
+    let rows = window_labels(pool, org_id, (window.since, None), window.exclude_estimated, &specs).await?;
+    let total = label_fold(&rows, TOTAL, |_| ()).remove(&()).unwrap_or_default();
+    let mut by_label = label_fold(&rows, group_spec.dim, |r| r.label1.clone());
     let unkeyed = if tagged {
         let mut rest = total;
         for s in by_label.values() {
@@ -641,7 +650,7 @@ pub async fn attribution_detail(
 /// internal `_svc_` keys excluded, in byte order; from the `tag_key` rollups.
 pub async fn recent_tag_keys(pool: &Pool, org_id: &str, since: i64, max: i64) -> DbResult<Vec<String>> {
     let spec = Spec { dim: TAG_KEY, name: None, label1: None };
-    let rows = rollups::window(pool, org_id, since, false, &[spec]).await?;
+    let rows = window_labels(pool, org_id, (since, None), false, &[spec]).await?;
     let keys: std::collections::BTreeSet<String> =
         rows.into_iter().filter(|r| !r.name.starts_with("_svc_")).map(|r| r.name).collect();
     Ok(keys.into_iter().take(usize::try_from(max).unwrap_or(0)).collect())

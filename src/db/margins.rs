@@ -9,6 +9,7 @@ use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 
 use crate::db::models::OutboxEvent;
+use crate::db::rollup_labels;
 use crate::db::rollups::{self, Spec, Sums};
 use crate::db::schema::{customer_mappings, margin_tiers};
 use crate::db::{DbError, DbResult, Pool};
@@ -116,7 +117,7 @@ pub async fn cost_by_tag_value(
     to: i64,
 ) -> DbResult<HashMap<String, CostCount>> {
     let spec = Spec { dim: rollups::TAG_MODEL, name: Some(tag_key), label1: None };
-    let rows = rollups::window_between(pool, org_id, (from, Some(to)), false, &[spec]).await?;
+    let rows = rollup_labels::window_labels(pool, org_id, (from, Some(to)), false, &[spec]).await?;
     Ok(cost_counts(rows.iter().map(|r| (r.label1.as_str(), &r.sums))).into_iter().collect())
 }
 
@@ -131,7 +132,7 @@ pub async fn cost_by_model(
     to: i64,
 ) -> DbResult<Vec<(String, CostCount)>> {
     let spec = Spec { dim: rollups::TAG_MODEL, name: Some(tag_key), label1: Some(tag_value) };
-    let rows = rollups::window_between(pool, org_id, (from, Some(to)), false, &[spec]).await?;
+    let rows = rollup_labels::window_labels(pool, org_id, (from, Some(to)), false, &[spec]).await?;
     Ok(cost_counts(rows.iter().map(|r| (r.label2.as_str(), &r.sums))))
 }
 

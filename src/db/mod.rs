@@ -24,6 +24,7 @@ pub mod models;
 pub mod orgs;
 pub mod processor;
 pub mod refunds;
+pub mod rollup_labels;
 pub mod rollup_top;
 pub mod rollups;
 pub mod schema;

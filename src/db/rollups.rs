@@ -18,6 +18,7 @@
 //! [`super::exact_sum`]) and joined in `i128` when read, so they never overflow.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock};
 
 use diesel::{ExpressionMethods, Insertable, QueryDsl, Queryable, Selectable, SelectableHelper};
 
@@ -87,16 +88,22 @@ pub struct RollupRow {
 }
 
 /// Where a rollup row belongs: everything but the sums.
+///
+/// The strings are shared (`Arc<str>`): one event counts under about two dozen keys
+/// that repeat its organization, model and source, and the commit merges the keys
+/// of every job. The fields are ordered so that the derived order (the order rows
+/// are upserted in, see [`plan`]) tells keys apart on the short fields first and
+/// compares the organization id, the same in almost every key, last.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RollupKey {
-    pub org_id: String,
     pub dim: &'static str,
-    pub name: String,
     pub grain: &'static str,
     pub bucket: i64,
-    pub label1: String,
-    pub label2: String,
+    pub name: Arc<str>,
+    pub label1: Arc<str>,
+    pub label2: Arc<str>,
     pub estimated: bool,
+    pub org_id: Arc<str>,
 }
 
 /// Exact sums of a set of events (read side, joined parts).
@@ -202,53 +209,79 @@ pub fn parse_source_label(label: &str) -> Option<(Option<String>, String, String
     Some((key, provider.to_owned(), model.to_owned()))
 }
 
-/// The rollup keys one event counts under, at the given grains.
-fn keys_of<'a>(
+/// The empty label, shared.
+static EMPTY: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));
+
+/// A row's dimension, name, label1 and label2.
+type Dim = (&'static str, Arc<str>, Arc<str>, Arc<str>);
+
+/// The [`Dim`] of every row one event counts under, of the dimensions `wanted`.
+fn dims_of<'a>(
     e: &CostEvent,
-    tags: impl Iterator<Item = (&'a str, &'a str)> + Clone,
-    grains: &[&'static str],
-) -> Vec<RollupKey> {
-    let mut dims: Vec<(&'static str, String, String, String)> = vec![
-        (TOTAL, String::new(), String::new(), String::new()),
-        (MODEL, String::new(), e.provider.clone(), e.model.clone()),
-        (KEY_MODEL, String::new(), e.api_key_id.clone().unwrap_or_default(), e.model.clone()),
-        (SOURCE, String::new(), e.source.clone(), String::new()),
-    ];
+    tags: impl Iterator<Item = (&'a str, &'a str)>,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Vec<Dim> {
+    let empty = || EMPTY.clone();
+    let model: Arc<str> = Arc::from(e.model.as_str());
+    let source = Arc::from(source_label(e.api_key_id.as_deref(), &e.provider, &e.model));
+    let mut dims = Vec::with_capacity(16);
+    dims.push((TOTAL, empty(), empty(), empty()));
+    dims.push((MODEL, empty(), Arc::from(e.provider.as_str()), model.clone()));
+    let key = e.api_key_id.as_deref().map_or_else(empty, Arc::from);
+    dims.push((KEY_MODEL, empty(), key, model.clone()));
+    dims.push((SOURCE, empty(), Arc::from(e.source.as_str()), empty()));
     if e.event_type == "tool" || e.tool_name.is_some() {
-        let label = e.tool_name.clone().unwrap_or_else(|| e.model.clone());
-        dims.push((TOOL, String::new(), label, String::new()));
+        let label = e.tool_name.as_deref().map_or_else(|| model.clone(), Arc::from);
+        dims.push((TOOL, empty(), label, empty()));
     }
     if let Some(trace) = &e.trace_id {
-        dims.push((TRACE, String::new(), trace.clone(), String::new()));
+        dims.push((TRACE, empty(), Arc::from(trace.as_str()), empty()));
     }
-    let source = source_label(e.api_key_id.as_deref(), &e.provider, &e.model);
     let entities = [(SPEND_KEY, &e.api_key_id), (SPEND_USER, &e.user_id), (SPEND_CUSTOMER, &e.customer_id)];
     for (dim, id) in entities {
         if let Some(id) = id {
-            dims.push((dim, id.clone(), String::new(), source.clone()));
+            dims.push((dim, Arc::from(id.as_str()), empty(), Arc::clone(&source)));
         }
     }
     if e.source == "proxy" && e.budget_status != "denied" {
-        dims.push((GOVERNED, String::new(), String::new(), String::new()));
+        dims.push((GOVERNED, empty(), empty(), empty()));
+    }
+    dims.retain(|d| wanted(d.0));
+    if !(wanted(TAG_MODEL) || wanted(TAG_KEY) || wanted(SPEND_TAG)) {
+        return dims;
     }
     for (k, v) in tags {
-        dims.push((TAG_MODEL, k.to_owned(), v.to_owned(), e.model.clone()));
-        dims.push((TAG_KEY, k.to_owned(), String::new(), String::new()));
-        dims.push((SPEND_TAG, k.to_owned(), v.to_owned(), source.clone()));
+        let (k, v): (Arc<str>, Arc<str>) = (Arc::from(k), Arc::from(v));
+        dims.push((TAG_MODEL, k.clone(), v.clone(), model.clone()));
+        dims.push((TAG_KEY, k.clone(), empty(), empty()));
+        dims.push((SPEND_TAG, k, v, Arc::clone(&source)));
     }
+    dims.retain(|d| wanted(d.0));
+    dims
+}
+
+/// The rollup keys one event counts under, at the given grains.
+fn keys_of<'a>(
+    e: &CostEvent,
+    tags: impl Iterator<Item = (&'a str, &'a str)>,
+    grains: &[&'static str],
+    wanted: &dyn Fn(&str) -> bool,
+) -> Vec<RollupKey> {
+    let dims = dims_of(e, tags, wanted);
+    let org: Arc<str> = Arc::from(e.org_id.as_str());
     let mut keys = Vec::with_capacity(dims.len() * grains.len());
     for &grain in grains {
         let bucket = e.created_at.div_euclid(if grain == "d" { DAY_MS } else { HOUR_MS });
         for (dim, name, label1, label2) in &dims {
             keys.push(RollupKey {
-                org_id: e.org_id.clone(),
                 dim,
-                name: name.clone(),
                 grain,
                 bucket,
+                name: name.clone(),
                 label1: label1.clone(),
                 label2: label2.clone(),
                 estimated: e.estimated,
+                org_id: org.clone(),
             });
         }
     }
@@ -259,12 +292,21 @@ fn keys_of<'a>(
 pub fn aggregate<'a, I, T>(events: I, grains: &[&'static str]) -> BTreeMap<RollupKey, Sums>
 where
     I: IntoIterator<Item = (&'a CostEvent, T)>,
-    T: Iterator<Item = (&'a str, &'a str)> + Clone,
+    T: Iterator<Item = (&'a str, &'a str)>,
+{
+    aggregate_dims(events, grains, &|_| true)
+}
+
+/// [`aggregate`], of the dimensions `wanted` only.
+fn aggregate_dims<'a, I, T>(events: I, grains: &[&'static str], wanted: &dyn Fn(&str) -> bool) -> Partial
+where
+    I: IntoIterator<Item = (&'a CostEvent, T)>,
+    T: Iterator<Item = (&'a str, &'a str)>,
 {
     let mut out: BTreeMap<RollupKey, Sums> = BTreeMap::new();
     for (e, tags) in events {
         let sums = Sums::of_event(e);
-        for key in keys_of(e, tags, grains) {
+        for key in keys_of(e, tags, grains, wanted) {
             out.entry(key).or_default().add(&sums);
         }
     }
@@ -283,13 +325,13 @@ fn to_row(key: RollupKey, s: &Sums) -> RollupRow {
     let (bd_cached_hi, bd_cached_lo) = parts(s.breakdown[2]);
     let (bd_reasoning_hi, bd_reasoning_lo) = parts(s.breakdown[3]);
     RollupRow {
-        org_id: key.org_id,
+        org_id: key.org_id.to_string(),
         dim: key.dim.to_owned(),
-        name: key.name,
+        name: key.name.to_string(),
         grain: key.grain.to_owned(),
         bucket: key.bucket,
-        label1: key.label1,
-        label2: key.label2,
+        label1: key.label1.to_string(),
+        label2: key.label2.to_string(),
         estimated: key.estimated,
         event_count: sat(s.count),
         cost_hi,
@@ -342,7 +384,7 @@ pub fn sums_of(r: &RollupRow) -> Sums {
 pub fn plan<'a, I, T>(events: I) -> Vec<RollupRow>
 where
     I: IntoIterator<Item = (&'a CostEvent, T)>,
-    T: Iterator<Item = (&'a str, &'a str)> + Clone,
+    T: Iterator<Item = (&'a str, &'a str)>,
 {
     rows(partial(events))
 }
@@ -357,7 +399,7 @@ pub type Partial = BTreeMap<RollupKey, Sums>;
 pub fn partial<'a, I, T>(events: I) -> Partial
 where
     I: IntoIterator<Item = (&'a CostEvent, T)>,
-    T: Iterator<Item = (&'a str, &'a str)> + Clone,
+    T: Iterator<Item = (&'a str, &'a str)>,
 {
     aggregate(events, &["d", "h"])
 }
@@ -555,20 +597,30 @@ fn ceil_div(x: i64, unit: i64) -> i64 {
 
 type TagsById = HashMap<String, Vec<(String, String)>>;
 
-fn aggregate_loaded(events: &[CostEvent], tags: &TagsById) -> BTreeMap<RollupKey, Sums> {
+/// Whether any of `specs` reads a tag dimension.
+fn reads_tags(specs: &[Spec<'_>]) -> bool {
+    specs.iter().any(|s| [TAG_MODEL, TAG_KEY, SPEND_TAG].contains(&s.dim))
+}
+
+/// The hour-grain sums of loaded events (with their tags) under the dimensions of
+/// `specs` only.
+fn aggregate_loaded(events: &[CostEvent], tags: &TagsById, specs: &[Spec<'_>]) -> Partial {
     static NONE: Vec<(String, String)> = Vec::new();
-    aggregate(
+    let wanted = |dim: &str| specs.iter().any(|s| s.dim == dim);
+    aggregate_dims(
         events.iter().map(|e| {
             let t = tags.get(&e.id).unwrap_or(&NONE);
             (e, t.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         }),
         &["h"],
+        &wanted,
     )
 }
 
-/// The organization's events created in `[from, to)` with their tags.
+/// The organization's events created in `[from, to)`, with their tags when
+/// `$with_tags` (a read of a tag dimension).
 macro_rules! load_events_body {
-    ($conn:ident, $org_id:expr, $from:expr, $to:expr) => {{
+    ($conn:ident, $org_id:expr, $from:expr, $to:expr, $with_tags:expr) => {{
         let events: Vec<CostEvent> = cost_events::table
             .filter(cost_events::org_id.eq($org_id))
             .filter(cost_events::created_at.ge($from))
@@ -577,7 +629,7 @@ macro_rules! load_events_body {
             .load($conn)
             .await?;
         let mut tags: TagsById = HashMap::new();
-        for chunk in events.chunks(500) {
+        for chunk in events.chunks(500).filter(|_| $with_tags) {
             let ids: Vec<&str> = chunk.iter().map(|e| e.id.as_str()).collect();
             let rows: Vec<(String, String, String)> = cost_event_tags::table
                 .filter(cost_event_tags::event_id.eq_any(ids))
@@ -725,8 +777,8 @@ pub(crate) async fn raw_rows(
     }
     with_conn!(pool, read, |conn| {
         for &(from, to) in ranges {
-            let (events, tags) = load_events_body!(conn, org_id, from, to)?;
-            out.extend(edge_rows(&aggregate_loaded(&events, &tags), specs, exclude_estimated));
+            let (events, tags) = load_events_body!(conn, org_id, from, to, reads_tags(specs))?;
+            out.extend(edge_rows(&aggregate_loaded(&events, &tags, specs), specs, exclude_estimated));
         }
         Ok::<_, crate::db::DbError>(())
     })?;
@@ -742,18 +794,18 @@ fn edge_rows(
     let wanted = |key: &RollupKey| {
         specs.iter().any(|s| {
             s.dim == key.dim
-                && s.name.is_none_or(|n| n == key.name)
-                && s.label1.is_none_or(|l| l == key.label1)
+                && s.name.is_none_or(|n| n == &*key.name)
+                && s.label1.is_none_or(|l| l == &*key.label1)
         }) && !(exclude_estimated && key.estimated)
     };
     edge.iter()
         .filter(|(key, _)| wanted(key))
         .map(|(key, sums)| WindowRow {
             dim: key.dim.to_owned(),
-            name: key.name.clone(),
+            name: key.name.to_string(),
             day: key.bucket.div_euclid(24),
-            label1: key.label1.clone(),
-            label2: key.label2.clone(),
+            label1: key.label1.to_string(),
+            label2: key.label2.to_string(),
             sums: *sums,
         })
         .collect()
