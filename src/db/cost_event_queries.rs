@@ -498,12 +498,15 @@ fn by_cost_desc(groups: &mut [LabelTotal]) {
 }
 
 /// The spend summary of an organization's events in `window`; `top_traces` caps
-/// the trace list. From the rollups (see [`rollups::window`]).
+/// the trace list. From the rollups: the total per day ([`rollups::window`]), every
+/// other list one total per label ([`window_labels`], summed by the database).
 pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64) -> DbResult<Summary> {
-    let specs = [TOTAL, MODEL, KEY_MODEL, SOURCE, TOOL].map(all_of);
-    let rows = rollups::window(pool, org_id, window.since, window.exclude_estimated, &specs).await?;
-    let total = fold(of_dim(&rows, TOTAL), |_| ()).remove(&()).unwrap_or_default();
-    let models = fold(of_dim(&rows, MODEL), |r| (r.label1.clone(), r.label2.clone()))
+    let days =
+        rollups::window(pool, org_id, window.since, window.exclude_estimated, &[all_of(TOTAL)]).await?;
+    let total = fold(days.iter(), |_| ()).remove(&()).unwrap_or_default();
+    let specs = [MODEL, KEY_MODEL, SOURCE, TOOL].map(all_of);
+    let rows = window_labels(pool, org_id, (window.since, None), window.exclude_estimated, &specs).await?;
+    let models = label_fold(&rows, MODEL, |r| (r.label1.clone(), r.label2.clone()))
         .into_iter()
         .map(|((provider, model), s)| ModelTotal {
             provider,
@@ -517,16 +520,16 @@ pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64)
         })
         .collect();
     let labelled = |dim, none_if_empty: bool| -> Vec<LabelTotal> {
-        fold(of_dim(&rows, dim), |r| r.label1.clone())
+        label_fold(&rows, dim, |r| r.label1.clone())
             .into_iter()
             .map(|(l, s)| label_total(if none_if_empty && l.is_empty() { None } else { Some(l) }, &s))
             .collect()
     };
-    let providers = fold(of_dim(&rows, MODEL), |r| r.label1.clone())
+    let providers = label_fold(&rows, MODEL, |r| r.label1.clone())
         .into_iter()
         .map(|(l, s)| label_total(Some(l), &s))
         .collect();
-    let tools = fold(of_dim(&rows, TOOL), |r| r.label1.clone())
+    let tools = label_fold(&rows, TOOL, |r| r.label1.clone())
         .into_iter()
         .map(|(name, s)| ToolTotal {
             name,
@@ -545,7 +548,7 @@ pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64)
     let [input, output, cached, reasoning] = total.breakdown.map(sat);
     Ok(Summary {
         totals: totals_of(&total),
-        daily: day_list(fold(of_dim(&rows, TOTAL), |r| r.day)),
+        daily: day_list(fold(days.iter(), |r| r.day)),
         models,
         providers,
         keys: labelled(KEY_MODEL, true),

@@ -241,9 +241,10 @@ macro_rules! commit_statements {
         });
         let rollup_rows = crate::db::rollups::rows(rollups_of_inserted(&$batch, &inserted_ids));
         crate::db::rollups::upsert_rollups!($conn, &rollup_rows, $($aw)*);
-        for body in &plan.bodies {
-            diesel::insert_into(cost_event_bodies::table).values(body).on_conflict_do_nothing().execute($conn) $($aw)* ?;
-        }
+        let body_rows: Vec<&crate::db::models::CostEventBody> = plan.bodies.iter().collect();
+        for_fixed_chunks!(body_rows.as_slice(), |chunk| {
+            diesel::insert_into(cost_event_bodies::table).values(chunk).on_conflict_do_nothing().execute($conn) $($aw)* ?;
+        });
         // The shared holds of every event in the batch (inserted or duplicate: a
         // duplicate's request held budget too) leave `reserved` in this transaction:
         // their rows are deleted now, before any budget row is locked, and each

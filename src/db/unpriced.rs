@@ -75,7 +75,8 @@ type PairSums = BTreeMap<(String, String), (Sums, Option<i64>)>;
 /// One organization's unknown models since `since_ms`: counts and last sighting.
 async fn in_org(pool: &Pool, org_id: &str, since_ms: i64) -> DbResult<PairSums> {
     let spec = Spec { dim: SPEND_TAG, name: Some(UNKNOWN_MODEL_TAG), label1: None };
-    let rows = crate::db::rollup_labels::window_labels(pool, org_id, (since_ms, None), false, &[spec]).await?;
+    let rows =
+        crate::db::rollup_labels::window_labels(pool, org_id, (since_ms, None), false, &[spec]).await?;
     let mut out: PairSums = BTreeMap::new();
     for r in &rows {
         if let Some((_, provider, model)) = rollups::parse_source_label(&r.label2) {

@@ -62,7 +62,8 @@ fn month_of(now_ms: i64) -> (i32, i64) {
 /// the `governed` rollups: a month start is a UTC midnight, so day rows answer it.
 pub async fn recorded_since(pool: &Pool, org_id: &str, since_ms: i64) -> DbResult<i64> {
     let spec = Spec { dim: rollups::GOVERNED, name: Some(""), label1: None };
-    let rows = crate::db::rollup_labels::window_labels(pool, org_id, (since_ms, None), false, &[spec]).await?;
+    let rows =
+        crate::db::rollup_labels::window_labels(pool, org_id, (since_ms, None), false, &[spec]).await?;
     let mut total = rollups::Sums::default();
     for r in &rows {
         total.add(&r.sums);
