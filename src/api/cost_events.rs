@@ -33,6 +33,7 @@ use crate::db::cost_event_queries::{
     self as queries, DayTotal, EventFilter, EventRow, Grouping, LabelTotal, Member, SessionsAfter, Window,
     DAY_MS,
 };
+use crate::db::rollups::HOUR_MS;
 use crate::error::{ApiError, ErrorCode, Issues};
 use crate::openapi::shared::Data;
 use crate::plans::Role;
@@ -532,10 +533,23 @@ impl Period {
         }
     }
 
-    /// The window ending at `now`.
+    /// The window ending at `now`: the period's days back, from the start of that
+    /// UTC hour (see [`hour_start`]).
     fn window(self, now: i64, exclude_estimated: bool) -> Window {
-        Window { since: now.saturating_sub(self.days().saturating_mul(DAY_MS)), exclude_estimated }
+        Window {
+            since: hour_start(now.saturating_sub(self.days().saturating_mul(DAY_MS))),
+            exclude_estimated,
+        }
     }
+}
+
+/// The start of the UTC hour holding `ms`. Dashboard windows (`period`, the tag-key
+/// look-back) start on an hour: whole hours and days are what the rollups hold, so a
+/// window read adds up stored rows only and never scans raw events, whatever their
+/// number. A `30d` window is therefore the 30 days back plus the part of that first
+/// hour before them: exact for that start, and at most an hour longer.
+pub fn hour_start(ms: i64) -> i64 {
+    ms.saturating_sub(ms.rem_euclid(HOUR_MS))
 }
 
 /// Parses a `true`/`false` query flag; absent means false.
@@ -1190,7 +1204,7 @@ pub async fn get_attribution_detail(
 #[get("/cost-events/tag-keys")]
 pub async fn list_tag_keys(state: web::Data<AppState>, auth: SessionAuth) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
-    let since = time::now_ms().saturating_sub(TAG_KEYS_WINDOW_MS);
+    let since = hour_start(time::now_ms().saturating_sub(TAG_KEYS_WINDOW_MS));
     let mut keys = queries::recent_tag_keys(&state.pool, &auth.org.id, since, TAG_KEYS_MAX).await?;
     keys.retain(|k| !k.starts_with(validate::RESERVED_TAG_PREFIX));
     keys.sort();
@@ -1327,6 +1341,9 @@ mod tests {
         }
         let w = Period::Days7.window(10 * DAY_MS, true);
         assert_eq!(w, Window { since: 3 * DAY_MS, exclude_estimated: true });
+        let w = Period::Days30.window(40 * DAY_MS + 5 * HOUR_MS + 1_234, false);
+        assert_eq!(w, Window { since: 10 * DAY_MS + 5 * HOUR_MS, exclude_estimated: false });
+        assert_eq!(hour_start(-1), -HOUR_MS);
     }
 
     #[test]
