@@ -12,7 +12,9 @@
 //! whole UTC days from day rows, the rest of the first day from hour rows, and the
 //! first partial hour from the raw events themselves (index-backed on
 //! `(org_id, created_at)`, at most one hour of events), aggregated by the same
-//! [`plan`] code that the commit uses.
+//! code that the commit uses, for the dimensions read only. The dashboard's own
+//! windows start on an hour (`api::cost_events::hour_start`) and so never reach the
+//! raw events.
 //!
 //! Sums are kept as exact-sum parts (`Σ x / 10^6`, `Σ x % 10^6`, see
 //! [`super::exact_sum`]) and joined in `i128` when read, so they never overflow.
@@ -246,15 +248,13 @@ fn dims_of<'a>(
     if e.source == "proxy" && e.budget_status != "denied" {
         dims.push((GOVERNED, empty(), empty(), empty()));
     }
-    dims.retain(|d| wanted(d.0));
-    if !(wanted(TAG_MODEL) || wanted(TAG_KEY) || wanted(SPEND_TAG)) {
-        return dims;
-    }
-    for (k, v) in tags {
-        let (k, v): (Arc<str>, Arc<str>) = (Arc::from(k), Arc::from(v));
-        dims.push((TAG_MODEL, k.clone(), v.clone(), model.clone()));
-        dims.push((TAG_KEY, k.clone(), empty(), empty()));
-        dims.push((SPEND_TAG, k, v, Arc::clone(&source)));
+    if wanted(TAG_MODEL) || wanted(TAG_KEY) || wanted(SPEND_TAG) {
+        for (k, v) in tags {
+            let (k, v): (Arc<str>, Arc<str>) = (Arc::from(k), Arc::from(v));
+            dims.push((TAG_MODEL, k.clone(), v.clone(), model.clone()));
+            dims.push((TAG_KEY, k.clone(), empty(), empty()));
+            dims.push((SPEND_TAG, k, v, Arc::clone(&source)));
+        }
     }
     dims.retain(|d| wanted(d.0));
     dims
