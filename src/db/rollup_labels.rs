@@ -82,12 +82,8 @@ async fn stored(
     exclude_estimated: bool,
 ) -> DbResult<Vec<RollupRow>> {
     with_conn!(pool, read, |conn| {
-        let mut q = cost_rollups::table
-            .filter(cost_rollups::org_id.eq(org_id))
-            .filter(cost_rollups::dim.eq(spec.dim))
-            .filter(cost_rollups::grain.eq(grain))
-            .filter(cost_rollups::bucket.ge(from))
-            .filter(cost_rollups::bucket.lt(to))
+        let q = cost_rollups::table
+            .filter(rollups::stored_rows(org_id, *spec, (grain, from, to), exclude_estimated))
             .group_by((
                 cost_rollups::org_id,
                 cost_rollups::dim,
@@ -126,17 +122,7 @@ async fn stored(
                 summed!("bd_cached_lo"),
                 summed!("bd_reasoning_hi"),
                 summed!("bd_reasoning_lo"),
-            ))
-            .into_boxed();
-        if let Some(n) = spec.name {
-            q = q.filter(cost_rollups::name.eq(n));
-        }
-        if let Some(l) = spec.label1 {
-            q = q.filter(cost_rollups::label1.eq(l));
-        }
-        if exclude_estimated {
-            q = q.filter(cost_rollups::estimated.eq(false));
-        }
+            ));
         Ok::<_, DbError>(q.load::<RollupRow>(conn).await?)
     })
 }

@@ -692,6 +692,49 @@ pub(crate) fn cover(since: i64, until: Option<i64>) -> Cover {
     c
 }
 
+/// A stored-row condition, boxed so that either backend's query can take it.
+pub(crate) type RowCondition<'a, DB> =
+    Box<dyn diesel::BoxableExpression<cost_rollups::table, DB, SqlType = diesel::sql_types::Bool> + 'a>;
+
+/// The organization's stored rows of `spec` in one range of buckets (`grain`,
+/// `[from, to)`), without estimates when `exclude_estimated`: what every window read
+/// filters `cost_rollups` on.
+pub(crate) fn stored_rows<'a, DB>(
+    org_id: &'a str,
+    spec: Spec<'a>,
+    (grain, from, to): (&'a str, i64, i64),
+    exclude_estimated: bool,
+) -> RowCondition<'a, DB>
+where
+    DB: diesel::backend::Backend
+        + diesel::backend::DieselReserveSpecialization
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Bool>
+        + 'a,
+    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+    bool: diesel::serialize::ToSql<diesel::sql_types::Bool, DB>,
+{
+    use diesel::BoolExpressionMethods;
+    let mut cond: RowCondition<'a, DB> = Box::new(
+        cost_rollups::org_id
+            .eq(org_id)
+            .and(cost_rollups::dim.eq(spec.dim))
+            .and(cost_rollups::grain.eq(grain))
+            .and(cost_rollups::bucket.ge(from))
+            .and(cost_rollups::bucket.lt(to)),
+    );
+    if let Some(n) = spec.name {
+        cond = Box::new(cond.and(cost_rollups::name.eq(n)));
+    }
+    if let Some(l) = spec.label1 {
+        cond = Box::new(cond.and(cost_rollups::label1.eq(l)));
+    }
+    if exclude_estimated {
+        cond = Box::new(cond.and(cost_rollups::estimated.eq(false)));
+    }
+    cond
+}
+
 /// The organization's rows of `specs` for the events created at or after `since`
 /// (without estimates when `exclude_estimated`), see [`window_between`].
 pub async fn window(
@@ -727,24 +770,11 @@ pub async fn window_between(
     with_conn!(pool, read, |conn| {
         for spec in specs {
             for &(grain, from, to) in &ranges {
-                let mut q = cost_rollups::table
-                    .filter(cost_rollups::org_id.eq(org_id))
-                    .filter(cost_rollups::dim.eq(spec.dim))
-                    .filter(cost_rollups::grain.eq(grain))
-                    .filter(cost_rollups::bucket.ge(from))
-                    .filter(cost_rollups::bucket.lt(to))
+                let rows: Vec<RollupRow> = cost_rollups::table
+                    .filter(stored_rows(org_id, *spec, (grain, from, to), exclude_estimated))
                     .select(RollupRow::as_select())
-                    .into_boxed();
-                if let Some(n) = spec.name {
-                    q = q.filter(cost_rollups::name.eq(n));
-                }
-                if let Some(l) = spec.label1 {
-                    q = q.filter(cost_rollups::label1.eq(l));
-                }
-                if exclude_estimated {
-                    q = q.filter(cost_rollups::estimated.eq(false));
-                }
-                let rows: Vec<RollupRow> = q.load(conn).await?;
+                    .load(conn)
+                    .await?;
                 out.extend(rows.iter().map(|r| WindowRow {
                     dim: r.dim.clone(),
                     name: r.name.clone(),
