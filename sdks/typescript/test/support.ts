@@ -237,12 +237,14 @@ export function flakyForwarder(target: string, failures: number, retryAfter = "1
   });
 }
 
-/** An OpenAI-compatible chat completions upstream answering scripted assistant messages in order. */
-export function fakeOpenAI(script: Record<string, unknown>[]): Promise<Recorder> {
-  let turn = 0;
+/**
+ * An OpenAI-compatible chat completions upstream: it answers `toolCall` to a
+ * conversation without a tool result yet, and `final` once one is there.
+ */
+export function fakeOpenAI(toolCall: Record<string, unknown>, final: Record<string, unknown>): Promise<Recorder> {
   return Recorder.start(async (r) => {
-    const message = script[Math.min(turn++, script.length - 1)]!;
-    const req = r.body.length ? JSON.parse(r.body.toString()) : {};
+    const req = r.body.length ? (JSON.parse(r.body.toString()) as { model?: string; messages?: { role: string }[] }) : {};
+    const message = req.messages?.some((m) => m.role === "tool") ? final : toolCall;
     return {
       status: 200,
       headers: { "content-type": "application/json", "x-request-id": randomUUID() },

@@ -20,7 +20,7 @@ from .aio import AsyncSpendgate
 from .batcher import CostBatcher
 from .client import ApprovedAction, Spendgate
 from .errors import *  # noqa: F401,F403
-from .errors import ERROR_CLASSES, SpendgateAPIError, SpendgateError
+from .errors import ERROR_CLASSES
 from .models import (
     Action,
     BatchReceipt,
@@ -57,6 +57,13 @@ __all__ = [
     "ProviderSettings",
     "UnitEconomics",
     "ERROR_CLASSES",
+    "error_from_response",
     "SpendgateError",
     "SpendgateAPIError",
+    "SpendgateConnectionError",
+    "ActionRejectedError",
+    "ActionExpiredBeforeDecisionError",
+    "ApprovalTimeoutError",
+    "QueueFullError",
+    *sorted({cls.__name__ for cls in ERROR_CLASSES.values()}),
 ]
