@@ -67,6 +67,11 @@ class Server:
             "SPENDGATE_DB_MAX_CONNECTIONS": "4",
             "SPENDGATE_DEFAULT_PLAN": "free",
             "SPENDGATE_LOG": "warn",
+            # Nothing leaves the machine: a call that passes enforcement meets a
+            # closed loopback port unless a test gives a fake upstream.
+            "SPENDGATE_UPSTREAM_OPENAI": "http://127.0.0.1:9",
+            "SPENDGATE_UPSTREAM_ANTHROPIC": "http://127.0.0.1:9",
+            "SPENDGATE_UPSTREAM_GEMINI": "http://127.0.0.1:9",
             **(extra_env or {}),
         }
         self.log = open(Path(self.db.dir) / "server.log", "w")
