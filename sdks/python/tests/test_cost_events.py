@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from typing import List, Tuple
 
@@ -105,3 +107,19 @@ def test_batcher_reports_a_refused_batch_to_on_error(client: Spendgate, run_id: 
     b.flush()
     b.close()
     assert b.rejected == 1 and isinstance(refused[0], ValidationError)
+
+
+def test_batcher_flushes_at_interpreter_exit(server: Server, key: Tuple[str, str], owner: Dashboard,
+                                             run_id: str) -> None:
+    script = (
+        "import sys\n"
+        "from spendgate import CostBatcher, CostEvent, Spendgate\n"
+        "sg = Spendgate(sys.argv[1], base_url=sys.argv[2], proxy_url=sys.argv[3])\n"
+        "b = CostBatcher(sg, flush_interval=3600)\n"
+        "b.add(CostEvent(provider='openai', model='gpt-4o-mini', input_tokens=1, output_tokens=1,\n"
+        "                cost_microdollars=42, tags={'run': sys.argv[4]}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, key[1], server.control, server.proxy, run_id],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [s["costMicrodollars"] for s in owner.events_tagged("run", run_id)] == [42]
