@@ -185,9 +185,9 @@ class Recorder(ThreadingHTTPServer):
         self.server_close()
 
 
-def flaky_forwarder(target: str, failures: int, retry_after: str = "1") -> Recorder:
+def flaky_forwarder(target: str, failures: int, retry_after: str = "1", status: int = 503) -> Recorder:
     """Forwards every request to ``target``; the first ``failures`` answers are
-    replaced by 503 with ``Retry-After`` after the request reached the server, as when
+    replaced by ``status`` (503) with ``Retry-After`` after the request reached the server, as when
     a load balancer loses the answer."""
     left = [failures]
 
@@ -196,7 +196,7 @@ def flaky_forwarder(target: str, failures: int, retry_after: str = "1") -> Recor
         r = httpx.request(method, target + path, headers=fwd, content=body, timeout=30)
         if left[0] > 0:
             left[0] -= 1
-            return 503, {"retry-after": retry_after, "content-type": "application/json"}, json.dumps(
+            return status, {"retry-after": retry_after, "content-type": "application/json"}, json.dumps(
                 {"error": {"code": "service_unavailable", "message": "try again", "details": None}}).encode()
         return r.status_code, {"content-type": r.headers.get("content-type", "application/json")}, r.content
 

@@ -10,7 +10,13 @@ from typing import List, Tuple
 import pytest
 
 from spendgate import CostBatcher, CostEvent, Spendgate
-from spendgate.errors import QueueFullError, SpendgateAPIError, SpendgateError, ValidationError
+from spendgate.errors import (
+    QueueFullError,
+    SpendgateAPIError,
+    SpendgateConnectionError,
+    SpendgateError,
+    ValidationError,
+)
 
 from .support import Dashboard, Server, flaky_forwarder
 
@@ -123,3 +129,23 @@ def test_batcher_flushes_at_interpreter_exit(server: Server, key: Tuple[str, str
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert [s["costMicrodollars"] for s in owner.events_tagged("run", run_id)] == [42]
+
+
+def test_a_429_is_retried_after_retry_after(server: Server, key: Tuple[str, str], owner: Dashboard,
+                                            run_id: str) -> None:
+    limited = flaky_forwarder(server.control, failures=1, retry_after="1", status=429)
+    try:
+        with Spendgate(key[1], base_url=limited.url, proxy_url=server.proxy) as c:
+            started = time.monotonic()
+            c.report(event(run_id, 7))
+            assert time.monotonic() - started >= 1.0
+    finally:
+        limited.close()
+    assert len(limited.requests) == 2
+    assert [s["costMicrodollars"] for s in owner.events_tagged("run", run_id)] == [7]
+
+
+def test_an_unreachable_server_is_a_connection_error_after_the_retries(key: Tuple[str, str], run_id: str) -> None:
+    with Spendgate(key[1], base_url="http://127.0.0.1:9", max_retries=2, max_retry_delay=0.1) as c:
+        with pytest.raises(SpendgateConnectionError):
+            c.report(event(run_id))

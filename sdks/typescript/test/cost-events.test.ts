@@ -1,7 +1,14 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { CostBatcher, type CostEventInput, QueueFullError, SpendgateApiError, ValidationError } from "../src/index.js";
+import {
+  CostBatcher,
+  type CostEventInput,
+  QueueFullError,
+  SpendgateApiError,
+  SpendgateConnectionError,
+  ValidationError,
+} from "../src/index.js";
 import { type World, flakyForwarder, runId, world } from "./support.js";
 
 let w: World;
@@ -98,4 +105,23 @@ test("a refused batch goes to onError and is not retried", async () => {
   await b.close();
   assert.equal(b.rejected, 1);
   assert.ok(refused[0] instanceof ValidationError);
+});
+
+test("a 429 is retried after Retry-After", async () => {
+  const run = runId();
+  const limited = await flakyForwarder(w.server.control, 1, "1", 429);
+  try {
+    const started = Date.now();
+    await w.client({ baseUrl: limited.url }).report(event(run, 7));
+    assert.ok(Date.now() - started >= 1000);
+    assert.equal(limited.requests.length, 2);
+  } finally {
+    await limited.close();
+  }
+  assert.deepEqual((await w.owner.eventsTagged("run", run)).map((s) => s.costMicrodollars), [7]);
+});
+
+test("an unreachable server is a connection error after the retries", async () => {
+  const c = w.client({ baseUrl: "http://127.0.0.1:9", maxRetries: 2, maxRetryDelayMs: 100 });
+  await assert.rejects(c.report(event(runId())), SpendgateConnectionError);
 });

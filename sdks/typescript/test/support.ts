@@ -220,8 +220,8 @@ export class Recorder {
   }
 }
 
-/** Forwards to `target`; the first `failures` answers become 503 after the request reached the server. */
-export function flakyForwarder(target: string, failures: number, retryAfter = "1"): Promise<Recorder> {
+/** Forwards to `target`; the first `failures` answers become `status` (503) after the request reached the server. */
+export function flakyForwarder(target: string, failures: number, retryAfter = "1", status = 503): Promise<Recorder> {
   let left = failures;
   return Recorder.start(async (r): Promise<Out> => {
     const headers: Record<string, string> = {};
@@ -233,7 +233,7 @@ export function flakyForwarder(target: string, failures: number, retryAfter = "1
     if (left > 0) {
       left--;
       return {
-        status: 503,
+        status,
         headers: { "retry-after": retryAfter, "content-type": "application/json" },
         body: JSON.stringify({ error: { code: "service_unavailable", message: "try again", details: null } }),
       };
