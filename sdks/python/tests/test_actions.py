@@ -154,3 +154,33 @@ def test_async_client_waits_for_approval(
     actions = owner.http.get("/api/actions", params={"status": "executed"}).json()["data"]
     mine = [a for a in actions if a["agentId"] == f"async-{run_id}"]
     assert mine and mine[0]["result"] == {"value": "deleted https://example.com/1"}
+
+
+def test_async_client_covers_the_other_calls(server: Server, key: Tuple[str, str], owner: Dashboard,
+                                             run_id: str) -> None:
+    from spendgate import CostEvent
+
+    async def main() -> None:
+        async with AsyncSpendgate(key[1], base_url=server.control, proxy_url=server.proxy) as sg:
+            e = CostEvent(provider="openai", model="gpt-4o-mini", input_tokens=1, output_tokens=1,
+                          cost_microdollars=5, tags={"run": run_id})
+            assert (await sg.report(e)).duplicate is False
+            assert (await sg.report_batch([e])).inserted == 0
+            b = await sg.bind(f"async-{run_id}", plan_ref="p", budget_cap_microdollars=100)
+            assert b.status == "active"
+            g = await sg.gate(f"async-{run_id}", 30, send_event=True)
+            assert g.allowed
+            assert (await sg.unit_economics(f"async-{run_id}")).spend_microdollars == 30
+            assert isinstance(await sg.budget_status(), list)
+            assert "openai" in (await sg.policy()).cheapest_per_provider
+            assert (await sg.introspect()).user_id.startswith("svc_usr_")
+            a = await sg.create_action(f"async-low-{run_id}", "db_write", {"q": 1})
+            assert owner.approve(a.id).status_code == 200
+            assert (await sg.wait_for_decision(a.id, timeout=5)).status == "approved"
+            assert (await sg.report_result(a.id, "executing")).status == "executing"
+            assert (await sg.report_result(a.id, "failed", error_message="boom")).status == "failed"
+            assert (await sg.get_action(a.id)).error_message == "boom"
+            assert sg.anthropic_settings().base_url == server.proxy
+
+    asyncio.run(main())
+    assert len(owner.events_tagged("run", run_id)) == 1

@@ -41,7 +41,19 @@ export interface ApprovalOptions extends Omit<CreateActionInput, "idempotencyKey
 
 /** A fresh idempotency key. */
 export function newKey(prefix: string): string {
-  return `${prefix}_${globalThis.crypto.randomUUID()}`;
+  return `${prefix}_${uuid()}`;
+}
+
+/** A random UUID: Web Crypto where the runtime exposes it globally (Node 19+, Bun,
+ * Deno, edge runtimes); Node 18 lacks the global, and a key only has to be unique. */
+function uuid(): string {
+  const c = (globalThis as { crypto?: { randomUUID?: () => string } }).crypto;
+  if (c?.randomUUID) return c.randomUUID();
+  const hex = Array.from({ length: 32 }, () => Math.floor(Math.random() * 16).toString(16));
+  hex[12] = "4";
+  hex[16] = ((parseInt(hex[16] ?? "0", 16) & 0x3) | 0x8).toString(16);
+  const h = hex.join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
 /** Gives an event its idempotency key if it has none, so retries reuse it. */
