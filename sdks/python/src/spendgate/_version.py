@@ -1,0 +1,3 @@
+"""The package version, sent in the user agent."""
+
+__version__ = "0.1.0"
