@@ -65,6 +65,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         crate::api::auth::ApiDoc::openapi(),
         crate::api::orgs::ApiDoc::openapi(),
         crate::api::keys::ApiDoc::openapi(),
+        crate::api::provider_credentials::ApiDoc::openapi(),
         crate::api::audit::ApiDoc::openapi(),
         crate::api::actions::ApiDoc::openapi(),
         crate::api::budgets::ApiDoc::openapi(),
