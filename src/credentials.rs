@@ -6,6 +6,7 @@
 //! and on every other instance through the change feed (`crate::changes`). A call in
 //! flight holds its own `Arc` of the old secret, so it finishes with it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,11 +64,17 @@ pub enum CredentialError {
 /// Decrypted secrets per (organization, upstream); `None` caches "holds none".
 pub struct CredentialCache {
     entries: Cache<(String, String), Option<Arc<str>>>,
+    /// Bumped by every invalidation: a lookup that read the table before a change
+    /// committed must not cache what it read after the change dropped the entry.
+    epoch: AtomicU64,
 }
 
 impl Default for CredentialCache {
     fn default() -> Self {
-        Self { entries: Cache::builder().max_capacity(CACHE_CAPACITY).time_to_live(CACHE_TTL).build() }
+        Self {
+            entries: Cache::builder().max_capacity(CACHE_CAPACITY).time_to_live(CACHE_TTL).build(),
+            epoch: AtomicU64::new(0),
+        }
     }
 }
 
@@ -84,20 +91,32 @@ impl CredentialCache {
         if let Some(hit) = self.entries.get(&key) {
             return Ok(hit);
         }
+        let epoch = self.epoch.load(Ordering::Acquire);
         let Some(row) = db::provider_credentials::find(pool, org_id, upstream).await? else {
-            self.entries.insert(key, None);
+            self.keep(epoch, key, None);
             return Ok(None);
         };
         let secret_key = secret_key.ok_or(CredentialError::NoSecretKey)?;
         let plain = crate::crypto::decrypt(secret_key, org_id, &row.encrypted_secret)
             .map_err(|_| CredentialError::Undecryptable(upstream.to_owned()))?;
         let secret: Arc<str> = Arc::from(plain);
-        self.entries.insert(key, Some(Arc::clone(&secret)));
+        self.keep(epoch, key, Some(Arc::clone(&secret)));
         Ok(Some(secret))
+    }
+
+    /// Caches what a lookup read, and drops it again when an invalidation came since
+    /// the lookup started (checked after the insert: an invalidation either bumped
+    /// the epoch before this check or removes the entry after the insert).
+    fn keep(&self, epoch: u64, key: (String, String), value: Option<Arc<str>>) {
+        self.entries.insert(key.clone(), value);
+        if self.epoch.load(Ordering::Acquire) != epoch {
+            self.entries.invalidate(&key);
+        }
     }
 
     /// Drops the cached entry of `(org_id, upstream)`.
     pub fn invalidate(&self, org_id: &str, upstream: &str) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.entries.invalidate(&(org_id.to_owned(), upstream.to_owned()));
     }
 }

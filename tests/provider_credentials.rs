@@ -437,3 +437,55 @@ async fn wait_events(owner: &Client, at_least: usize) -> Vec<Value> {
     }
     panic!("fewer than {at_least} cost events were recorded");
 }
+
+/// A rotation and a delete made through one instance reach another instance's
+/// credential cache through the change feed, within about a second.
+#[tokio::test]
+async fn a_change_made_on_one_instance_reaches_the_others() {
+    let s = setup().await;
+    store(&s.owner, "openai", "sk-first-0123456789abcdefghijklmn").await;
+    let second = crate::support::Server::start(&s.app.db.url, &s.app.extra_env);
+    let call_second = || async {
+        let r = Client::new(&second.proxy)
+            .request(reqwest::Method::POST, "/v1/chat/completions")
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {}", s.raw))
+            .body(chat().to_string());
+        read(r.send().await.expect("request")).await
+    };
+    // Warm the second instance's cache with the first secret.
+    let r = call_second().await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        s.mock.last().headers.get("authorization").map(String::as_str),
+        Some("Bearer sk-first-0123456789abcdefghijklmn")
+    );
+
+    let rotated = store(&s.owner, "openai", OPENAI_SECRET).await;
+    let expected = format!("Bearer {OPENAI_SECRET}");
+    let mut seen = None;
+    for _ in 0..40 {
+        let r = call_second().await;
+        assert_eq!(r.status, 200, "{r:?}");
+        seen = s.mock.last().headers.get("authorization").cloned();
+        if seen.as_ref() == Some(&expected) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, Some(expected), "the rotation reached the second instance");
+
+    let id = rotated["id"].as_str().unwrap();
+    assert_eq!(s.owner.delete(&format!("{PATH}/{id}")).await.status, 200);
+    let mut last = None;
+    for _ in 0..40 {
+        let r = call_second().await;
+        if r.status == 400 {
+            last = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = last.expect("the delete reached the second instance");
+    assert_eq!(r.code(), "invalid_upstream", "{r:?}");
+}
