@@ -253,6 +253,15 @@ async fn provider_keys_are_saved_rotated_and_deleted_on_their_page_and_never_sho
     b.button(row, "Confirm delete").await.click().await.unwrap();
     b.wait_text("No provider keys stored yet.").await;
     assert_eq!(owner.get("/api/provider-credentials").await.body["data"], json!([]));
+
+    // A key restricted to the stored provider keys, made on the API keys page.
+    b.click_link("API keys").await;
+    b.fill("Name", "strict-agent").await;
+    b.field("Stored provider keys only").await.click().await.unwrap();
+    b.click_button("Create key").await;
+    b.wait_xpath("//td[normalize-space()='strict-agent (stored provider keys only)']").await;
+    let keys = owner.get("/api/keys").await;
+    assert_eq!(keys.body["data"][0]["requireStoredCredentials"], true, "{keys:?}");
     no_console_errors(&b).await;
 }
 
