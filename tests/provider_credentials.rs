@@ -266,6 +266,24 @@ async fn the_spendgate_key_is_accepted_where_clients_put_their_provider_key() {
     let events = wait_events(&s.owner, 5).await;
     assert_eq!(events.len(), 5, "{events:?}");
 
+    // Only the provider routes take the key there: the others keep X-Service-Key.
+    let proxy = s.app.proxy();
+    let r = read(
+        proxy
+            .request(reqwest::Method::GET, "/v1/policy")
+            .header("authorization", &bearer)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((r.status, r.code()), (401, "unauthorized"), "{r:?}");
+    let tool = json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": 5 });
+    for path in ["/v1/mcp/events", "/v1/bind", "/v1/gate"] {
+        let r = s.call(path, &tool, &[("authorization", &bearer)]).await;
+        assert_eq!((r.status, r.code()), (401, "unauthorized"), "{path}: {r:?}");
+    }
+
     // An unknown spendgate key in the slot is a 401, forwarded nowhere.
     let before = s.mock.count();
     let wrong = "Bearer svc_live_sk_00000000000000000000000000000000";
