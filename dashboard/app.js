@@ -11,6 +11,7 @@ const PAGES = [
   ['/actions', 'Actions', './pages/actions.js'],
   ['/webhooks', 'Webhooks', './pages/webhooks.js'],
   ['/keys', 'API keys', './pages/keys.js'],
+  ['/provider-keys', 'Provider keys', './pages/provider-keys.js'],
   ['/customers', 'Customers', './pages/customers.js'],
   ['/margins', 'Margins', './pages/margins.js'],
   ['/audit-log', 'Audit log', './pages/audit.js'],

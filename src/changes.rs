@@ -1,11 +1,13 @@
-//! The change feeds: budget and API key changes made through any process reach every
-//! process sharing the database.
+//! The change feeds: budget, API key and provider credential changes made through any
+//! process reach every process sharing the database.
 //!
 //! A budget upsert, reset or delete writes a `budget_changes` row, and a key update or
 //! revocation (or a membership or organization going, for all of its keys) a
-//! `key_changes` row, in the transaction of the change. Each process polls both every
-//! [`POLL_EVERY`]: it refreshes its live budget actor of each changed budget and drops
-//! each changed key from its key cache. The process that made a change applies it to
+//! `key_changes` row, and a provider credential's create, rotation or delete a
+//! `provider_credential_changes` row, in the transaction of the change. Each process
+//! polls the feeds every [`POLL_EVERY`]: it refreshes its live budget actor of each
+//! changed budget, drops each changed key from its key cache and each changed
+//! credential from its credential cache. The process that made a change applies it to
 //! itself at once (and its watcher skips that budget change, see
 //! `db::budgets::take_own_change`); the others within about a second. Polls read [`OVERLAP_MS`] back (a
 //! transaction that took its timestamp earlier may commit after a later one, and
@@ -39,7 +41,7 @@ const PAGE: usize = 1_000;
 pub fn start(state: AppState) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(POLL_EVERY);
-        let mut feeds = Feeds { budgets: Cursor::new(), keys: Cursor::new() };
+        let mut feeds = Feeds { budgets: Cursor::new(), keys: Cursor::new(), credentials: Cursor::new() };
         let mut last_prune = 0i64;
         loop {
             tick.tick().await;
@@ -53,6 +55,9 @@ pub fn start(state: AppState) {
                 }
                 if let Err(e) = db::keys::prune_changes(&state.pool, before).await {
                     tracing::warn!(error = %e, "could not prune key changes");
+                }
+                if let Err(e) = db::provider_credentials::prune_changes(&state.pool, before).await {
+                    tracing::warn!(error = %e, "could not prune credential changes");
                 }
             }
         }
@@ -111,6 +116,7 @@ impl Cursor {
 struct Feeds {
     budgets: Cursor,
     keys: Cursor,
+    credentials: Cursor,
 }
 
 impl Feeds {
@@ -149,6 +155,17 @@ impl Feeds {
                 Some(hash) => state.keys.invalidate(&hash),
                 None => state.keys.invalidate_all(),
             }
+        }
+        let credentials = self
+            .credentials
+            .fresh(
+                "provider_credential_changes",
+                |since, after| db::provider_credentials::changes_since(pool, since, after, PAGE),
+                |c| (c.0.as_str(), c.3),
+            )
+            .await;
+        for (_, org_id, upstream, _) in credentials {
+            state.credentials.invalidate(&org_id, &upstream);
         }
     }
 }

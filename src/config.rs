@@ -22,8 +22,9 @@ pub struct Config {
     pub processor_url: String,
     pub internal_secret: Option<String>,
     pub cron_secret: Option<String>,
-    /// Encrypts processor keys at rest (AES-256-GCM under its SHA-256); processor
-    /// connections are refused while it is unset.
+    /// Encrypts provider credentials and processor keys at rest (AES-256-GCM under its
+    /// SHA-256). On SQLite an unset one is generated at start (`crate::secret_key`);
+    /// while it is unset, credential endpoints and processor connections are refused.
     pub secret_key: Option<String>,
     /// How often the service syncs processor revenue itself; `None` = never.
     pub revenue_sync_interval: Option<Duration>,
@@ -143,7 +144,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("cron_secret", "bearer secret of scheduler calls"),
     (
         "secret_key",
-        "secret (at least 32 characters) that encrypts payment-processor keys at rest; margins need it",
+        "secret (at least 32 characters) that encrypts provider credentials and payment-processor keys at rest; generated beside an SQLite database when unset, required with PostgreSQL",
     ),
     ("revenue_sync_interval_secs", "scheduled processor revenue sync interval, 0 = off (default 3600)"),
     ("dev", "1 = local development mode"),

@@ -14,6 +14,8 @@ pub mod changes;
 pub mod cli;
 pub mod client_ip;
 pub mod config;
+pub mod credentials;
+pub mod crypto;
 pub mod customers;
 pub mod dashboard;
 pub mod db;
@@ -32,6 +34,7 @@ pub mod processor;
 pub mod proxy;
 pub mod ratelimit;
 pub mod retention;
+pub mod secret_key;
 pub mod state;
 pub mod tool_costs;
 pub mod unit_economics;
@@ -56,8 +59,9 @@ pub enum Surface {
 pub const API_VERSION: &str = "2026-04-01";
 
 /// Migrates the database, then serves until SIGINT/SIGTERM.
-pub async fn serve(config: Config, only: Option<Surface>) -> io::Result<()> {
+pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> {
     let applied = db::migrate(&config.database_url).await.map_err(io::Error::other)?;
+    secret_key::ensure(&mut config)?;
     if !applied.is_empty() {
         tracing::info!(count = applied.len(), "applied migrations");
     }

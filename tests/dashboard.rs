@@ -67,6 +67,7 @@ async fn an_unauthenticated_visit_signs_in_and_the_overview_total_is_the_summary
         "Actions",
         "Webhooks",
         "API keys",
+        "Provider keys",
         "Customers",
         "Margins",
         "Audit log",
@@ -213,6 +214,54 @@ async fn a_new_key_is_shown_once_and_works() {
     b.button(row, "Confirm revoke").await.click().await.unwrap();
     b.wait_text("No keys yet.").await;
     assert_eq!(owner.get("/api/keys").await.body["data"], json!([]));
+    no_console_errors(&b).await;
+}
+
+#[tokio::test]
+async fn provider_keys_are_saved_rotated_and_deleted_on_their_page_and_never_shown() {
+    // PostgreSQL needs an explicit secret_key; SQLite generates one.
+    let env = [("SPENDGATE_SECRET_KEY", "dashboard-test-secret-key-of-32-characters".to_owned())];
+    let app = TestApp::start_with(if crate::support::backend_is_postgres() { &env } else { &[] }).await;
+    let owner = app.owner().await;
+    let b = Browser::start(&app.server.control).await;
+    b.goto("/").await;
+    b.sign_in(OWNER, PASSWORD).await;
+    b.click_link("Provider keys").await;
+    b.wait_text("No provider keys stored yet.").await;
+    let first = "sk-ant-dashboard-first-0123456789abcdef";
+    b.choose("Provider", "anthropic").await;
+    b.fill("API key", first).await;
+    b.fill("Name (optional)", "prod").await;
+    b.click_button("Save key").await;
+    let row = "//tr[td[normalize-space()='anthropic']]";
+    b.wait_xpath(&format!("{row}/td[normalize-space()='prod']")).await;
+    b.wait_xpath(&format!("{row}//code[normalize-space()='sk-ant-d…']")).await;
+    assert!(!b.client.source().await.unwrap().contains(first), "the secret is not on the page after saving");
+
+    b.button(row, "Rotate").await.click().await.unwrap();
+    let second = "sk-ant-dashboard-second-0123456789abcdef";
+    b.fill("API key", second).await;
+    b.click_button("Save key").await;
+    b.wait_text("Saved the anthropic key (sk-ant-d…).").await;
+    let listed = owner.get("/api/provider-credentials").await;
+    assert_eq!(listed.body["data"].as_array().unwrap().len(), 1, "{listed:?}");
+    assert_eq!(listed.body["data"][0]["name"], "prod");
+    assert_ne!(listed.body["data"][0]["createdAt"], listed.body["data"][0]["updatedAt"], "{listed:?}");
+    b.screenshot("provider-keys").await;
+
+    b.button(row, "Delete").await.click().await.unwrap();
+    b.button(row, "Confirm delete").await.click().await.unwrap();
+    b.wait_text("No provider keys stored yet.").await;
+    assert_eq!(owner.get("/api/provider-credentials").await.body["data"], json!([]));
+
+    // A key restricted to the stored provider keys, made on the API keys page.
+    b.click_link("API keys").await;
+    b.fill("Name", "strict-agent").await;
+    b.field("Stored provider keys only").await.click().await.unwrap();
+    b.click_button("Create key").await;
+    b.wait_xpath("//td[normalize-space()='strict-agent (stored provider keys only)']").await;
+    let keys = owner.get("/api/keys").await;
+    assert_eq!(keys.body["data"][0]["requireStoredCredentials"], true, "{keys:?}");
     no_console_errors(&b).await;
 }
 

@@ -22,6 +22,7 @@ mod mock_selftest;
 mod openapi;
 mod orgs;
 mod pricing;
+mod provider_credentials;
 mod proxy;
 mod proxy_money;
 mod rollups;

@@ -8,14 +8,18 @@ export async function render(main, { signal }) {
   const list = h('div');
   const reveal = h('div');
   const name = h('input', { type: 'text', required: true, maxlength: 50, autocomplete: 'off' });
+  const storedOnly = h('input', { type: 'checkbox' });
   const error = h('p', { role: 'alert', class: 'error' });
-  const form = h('form', { class: 'inline' }, field('Name', name), h('button', { type: 'submit' }, 'Create key'), error);
+  const form = h('form', { class: 'inline' }, field('Name', name),
+    field('Stored provider keys only', storedOnly, 'Refuse calls that bring their own provider key'),
+    h('button', { type: 'submit' }, 'Create key'), error);
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     error.textContent = '';
     try {
-      const k = (await post('/api/keys', { name: name.value })).data;
+      const k = (await post('/api/keys', { name: name.value, requireStoredCredentials: storedOnly.checked })).data;
       name.value = '';
+      storedOnly.checked = false;
       showOnce(reveal, k);
       await refresh();
     } catch (err) {
@@ -36,7 +40,7 @@ export async function render(main, { signal }) {
           msg.textContent = `Revoked ${k.name}.`;
           await refresh();
         });
-        return h('tr', {}, h('td', {}, k.name), h('td', {}, code(`${k.keyPrefix}…`)), h('td', {}, code(k.id)),
+        return h('tr', {}, h('td', {}, k.name, k.requireStoredCredentials ? ' (stored provider keys only)' : ''), h('td', {}, code(`${k.keyPrefix}…`)), h('td', {}, code(k.id)),
           h('td', {}, time(k.createdAt)), h('td', {}, k.lastUsedAt ? time(k.lastUsedAt) : 'never'), h('td', {}, revoke));
       })))
       : h('p', { class: 'empty' }, 'No keys yet.'));

@@ -52,6 +52,9 @@ pub struct CreateKeyBody {
     allowed_customers: Option<Vec<String>>,
     /// Default false.
     require_customer_id: Option<bool>,
+    /// Default false. When true, a proxied call that brings its own provider
+    /// credential is refused (403): the key must use the gateway's stored one.
+    require_stored_credentials: Option<bool>,
     /// The key-level API version setting (`YYYY-MM-DD`); a request's
     /// `Service-Version` header overrides it.
     api_version: Option<String>,
@@ -81,6 +84,9 @@ pub struct UpdateKeyBody {
     #[schema(value_type = Option<bool>)]
     require_customer_id: Option<Option<bool>>,
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<bool>)]
+    require_stored_credentials: Option<Option<bool>>,
+    #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<String>)]
     api_version: Option<Option<String>>,
 }
@@ -109,6 +115,8 @@ pub struct ApiKeyFields {
     allowed_providers: Option<Vec<String>>,
     allowed_customers: Option<Vec<String>>,
     require_customer_id: bool,
+    /// Calls must use the organization's stored provider credentials.
+    require_stored_credentials: bool,
     /// The key-level API version setting, or null.
     api_version: Option<String>,
     created_at: String,
@@ -125,6 +133,7 @@ impl From<&ApiKey> for ApiKeyFields {
             allowed_providers: stored_list(k.allowed_providers.as_deref()),
             allowed_customers: stored_list(k.allowed_customers.as_deref()),
             require_customer_id: k.require_customer_id,
+            require_stored_credentials: k.require_stored_credentials,
             api_version: k.api_version.clone(),
             created_at: time::iso(k.created_at),
         }
@@ -346,6 +355,7 @@ pub async fn create_key(
         last_used_at: None,
         created_at: time::now_ms(),
         revoked_at: None,
+        require_stored_credentials: body.require_stored_credentials.unwrap_or(false),
     };
     let plan = auth.plan();
     let max = plan.limits().api_keys;
@@ -400,6 +410,7 @@ fn changes_of(body: UpdateKeyBody) -> Result<KeyChanges, ApiError> {
     not_null("name", matches!(body.name, Some(None)), &mut issues);
     not_null("defaultTags", matches!(body.default_tags, Some(None)), &mut issues);
     not_null("requireCustomerId", matches!(body.require_customer_id, Some(None)), &mut issues);
+    not_null("requireStoredCredentials", matches!(body.require_stored_credentials, Some(None)), &mut issues);
     let name = body.name.flatten().and_then(|n| check_name(&n, &mut issues));
     check_restrictions(
         &Restrictions {
@@ -420,13 +431,14 @@ fn changes_of(body: UpdateKeyBody) -> Result<KeyChanges, ApiError> {
         allowed_providers: list(body.allowed_providers)?,
         allowed_customers: list(body.allowed_customers)?,
         require_customer_id: body.require_customer_id.flatten(),
+        require_stored_credentials: body.require_stored_credentials.flatten(),
         api_version: body.api_version,
     };
     if changes.is_empty() {
         return Err(ApiError::invalid_field(
             &[],
             "at least one of name, defaultTags, allowedModels, allowedProviders, allowedCustomers, \
-             requireCustomerId, apiVersion is required",
+             requireCustomerId, requireStoredCredentials, apiVersion is required",
         ));
     }
     Ok(changes)

@@ -17,6 +17,7 @@ pub mod openapi;
 pub mod orgs;
 pub mod payprocessor;
 pub mod policy;
+pub mod provider_credentials;
 pub mod schemas;
 pub mod tool_costs;
 pub mod webhooks;
@@ -86,6 +87,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(auth::configure)
             .configure(orgs::configure)
             .configure(keys::configure)
+            .configure(provider_credentials::configure)
             .configure(audit::configure)
             .configure(budgets::configure)
             .configure(cost_events_ingest::configure)

@@ -9,12 +9,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::auth::session::SessionAuth;
+use crate::crypto;
 use crate::db::processor::{self as store, Connection};
 use crate::error::{ApiError, ErrorCode, Issues};
 use crate::margins::sync::{self, SyncError, SyncReport};
 use crate::openapi::shared::Data;
 use crate::plans::Role;
-use crate::processor::{self, crypto, ProcessorClient, ProcessorError};
+use crate::processor::{self, ProcessorClient, ProcessorError};
 use crate::state::AppState;
 use crate::util::json::JsonBody;
 use crate::util::{ids, time};

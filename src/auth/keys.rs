@@ -87,6 +87,8 @@ pub struct KeyIdentity {
     pub allowed_providers: Option<Vec<String>>,
     pub allowed_customers: Option<Vec<String>>,
     pub require_customer_id: bool,
+    /// A call must not bring its own provider credential.
+    pub require_stored_credentials: bool,
     /// The key-level API version setting, if any.
     pub api_version: Option<String>,
 }
@@ -103,6 +105,7 @@ impl KeyIdentity {
             allowed_providers: stored_list(row.allowed_providers.as_deref()),
             allowed_customers: stored_list(row.allowed_customers.as_deref()),
             require_customer_id: row.require_customer_id,
+            require_stored_credentials: row.require_stored_credentials,
             api_version: row.api_version,
             key_id: row.id,
             org_id: row.org_id,
@@ -360,6 +363,7 @@ mod tests {
             last_used_at: None,
             created_at: 0,
             revoked_at: None,
+            require_stored_credentials: false,
         }
     }
 

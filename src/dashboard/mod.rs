@@ -52,6 +52,7 @@ static ASSETS: &[Asset] = &[
     asset!("pages/keys.js", JS),
     asset!("pages/margins.js", JS),
     asset!("pages/organization.js", JS),
+    asset!("pages/provider-keys.js", JS),
     asset!("pages/overview.js", JS),
     asset!("pages/signin.js", JS),
     asset!("pages/webhooks.js", JS),

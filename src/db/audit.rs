@@ -33,6 +33,9 @@ pub mod actions {
     pub const MEMBER_ROLE_CHANGED: &str = "member.role_changed";
     pub const MEMBER_REMOVED: &str = "member.removed";
     pub const MEMBER_LEFT: &str = "member.left";
+    pub const PROVIDER_CREDENTIAL_CREATED: &str = "provider_credential.created";
+    pub const PROVIDER_CREDENTIAL_ROTATED: &str = "provider_credential.rotated";
+    pub const PROVIDER_CREDENTIAL_DELETED: &str = "provider_credential.deleted";
 }
 
 /// `resourceType` values.
@@ -40,6 +43,7 @@ pub mod resources {
     pub const ORGANIZATION: &str = "organization";
     pub const MEMBER: &str = "member";
     pub const INVITATION: &str = "invitation";
+    pub const PROVIDER_CREDENTIAL: &str = "provider_credential";
 }
 
 /// What happened, to what, and by whom: the caller-supplied part of an audit row.

@@ -101,6 +101,7 @@ pub struct KeyChanges {
     pub allowed_providers: Option<Option<String>>,
     pub allowed_customers: Option<Option<String>>,
     pub require_customer_id: Option<bool>,
+    pub require_stored_credentials: Option<bool>,
     pub api_version: Option<Option<String>>,
 }
 
@@ -112,6 +113,7 @@ impl KeyChanges {
             && self.allowed_providers.is_none()
             && self.allowed_customers.is_none()
             && self.require_customer_id.is_none()
+            && self.require_stored_credentials.is_none()
             && self.api_version.is_none()
     }
 }

@@ -23,6 +23,7 @@ pub mod margins;
 pub mod models;
 pub mod orgs;
 pub mod processor;
+pub mod provider_credentials;
 pub mod refunds;
 pub mod rollup_labels;
 pub mod rollup_top;
@@ -215,7 +216,7 @@ pub fn backend_of(url: &str) -> Option<Backend> {
 }
 
 /// `sqlite://./spendgate.db` → `./spendgate.db`.
-fn sqlite_path(url: &str) -> &str {
+pub(crate) fn sqlite_path(url: &str) -> &str {
     url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url)
 }
 

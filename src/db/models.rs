@@ -80,6 +80,7 @@ pub struct ApiKey {
     pub last_used_at: Option<i64>,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    pub require_stored_credentials: bool,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -327,4 +328,18 @@ pub struct ActionUpdate {
     pub expired_at: Option<i64>,
     pub result: Option<String>,
     pub error_message: Option<String>,
+}
+
+/// A provider credential held for an organization; the secret stays encrypted here.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = provider_credentials)]
+pub struct ProviderCredential {
+    pub id: String,
+    pub org_id: String,
+    pub upstream: String,
+    pub name: Option<String>,
+    pub encrypted_secret: String,
+    pub secret_prefix: String,
+    pub created_at: i64,
+    pub updated_at: i64,
 }

@@ -76,6 +76,7 @@ diesel::table! {
         last_used_at -> Nullable<BigInt>,
         created_at -> BigInt,
         revoked_at -> Nullable<BigInt>,
+        require_stored_credentials -> Bool,
     }
 }
 
@@ -170,6 +171,28 @@ diesel::table! {
         org_id -> Text,
         entity_type -> Text,
         entity_id -> Text,
+        changed_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    provider_credentials (id) {
+        id -> Text,
+        org_id -> Text,
+        upstream -> Text,
+        name -> Nullable<Text>,
+        encrypted_secret -> Text,
+        secret_prefix -> Text,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    provider_credential_changes (id) {
+        id -> Text,
+        org_id -> Text,
+        upstream -> Text,
         changed_at -> BigInt,
     }
 }
@@ -468,6 +491,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     budget_reservations,
     budget_changes,
     key_changes,
+    provider_credentials,
+    provider_credential_changes,
     cost_events,
     cost_event_tags,
     cost_event_bodies,

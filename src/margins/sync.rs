@@ -9,9 +9,10 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::config::Config;
+use crate::crypto;
 use crate::db::margins::{self, Mapping, TierKey};
 use crate::db::{processor as store, DbError, Pool};
-use crate::processor::{crypto, ProcessorClient, ProcessorError};
+use crate::processor::{ProcessorClient, ProcessorError};
 use crate::util::{ids, time};
 
 use super::health::Tier;

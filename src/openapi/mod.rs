@@ -33,6 +33,20 @@ impl Modify for SecuritySchemes {
             SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(name, what)))
         };
         components.add_security_scheme(SERVICE_KEY, header("X-Service-Key", "API key (`svc_live_sk_…`)"));
+        // Provider routes only, when X-Service-Key is absent: the spendgate key where
+        // the format's clients put their provider key; the call then goes out with the
+        // organization's stored provider credential (400 invalid_upstream when none).
+        let in_slot =
+            "API key (`svc_live_sk_…`) where the provider's SDK puts its own key, when X-Service-Key \
+            is absent; the call is forwarded with the organization's stored provider credential";
+        components.add_security_scheme(
+            "serviceKeyBearer",
+            SecurityScheme::Http(
+                HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some(in_slot)).build(),
+            ),
+        );
+        components.add_security_scheme("serviceKeyAnthropic", header("x-api-key", in_slot));
+        components.add_security_scheme("serviceKeyGoogle", header("x-goog-api-key", in_slot));
         components.add_security_scheme(
             SESSION,
             SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
@@ -65,6 +79,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         crate::api::auth::ApiDoc::openapi(),
         crate::api::orgs::ApiDoc::openapi(),
         crate::api::keys::ApiDoc::openapi(),
+        crate::api::provider_credentials::ApiDoc::openapi(),
         crate::api::audit::ApiDoc::openapi(),
         crate::api::actions::ApiDoc::openapi(),
         crate::api::budgets::ApiDoc::openapi(),

@@ -6,7 +6,6 @@
 //! service already uses.
 
 pub mod client;
-pub mod crypto;
 pub mod types;
 
 pub use client::{ListQuery, ProcessorClient, ProcessorError};

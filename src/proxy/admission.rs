@@ -16,6 +16,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::credential::{self, own_credential_refused, Credential};
 use super::denial::{self, Refused, DENIED};
 use super::events::{self, Call};
 use super::headers::{self, ProxyHeaders};
@@ -51,6 +52,10 @@ pub struct Admitted {
     pub customer: Option<String>,
     /// The provider base URL the call goes to.
     pub base: String,
+    /// The call brings a provider credential of its own.
+    pub brings_own_credential: bool,
+    /// The provider credential the call is forwarded with.
+    pub credential: Credential,
     pub trace_id: String,
     pub now: i64,
     /// Room among the unsettled calls (`max_unsettled_calls`), held until the call's
@@ -98,7 +103,7 @@ pub async fn admit(
 ) -> Result<Admitted, ApiError> {
     let provider = route.provider();
     super::check_ip(req, state)?;
-    let key = super::key_of(req, state).await?;
+    let (key, key_source) = credential::key_of(req, state, provider).await?;
     common.version = key.api_version.clone().unwrap_or_else(|| crate::API_VERSION.to_owned());
     let decision = state.rate_limits.check_key(&key.key_id);
     common.rate_limit = decision.snapshot();
@@ -131,7 +136,7 @@ pub async fn admit(
         .or_else(|| effective_tags.get("customer").filter(|c| is_customer_id(c)).cloned());
     let base = upstream_base(state, route, headers.upstream.as_deref())?;
     let resolved = state.pricing.lookup_in(provider, &model).map(|(name, price)| (name.to_owned(), *price));
-    let admitted = Admitted {
+    let mut admitted = Admitted {
         key,
         provider,
         route,
@@ -142,12 +147,23 @@ pub async fn admit(
         model,
         effective_tags,
         customer,
+        brings_own_credential: credential::brings_own(provider, req.headers(), req.query_string()),
+        credential: Credential::Absent,
         base,
         trace_id: super::route::trace_of(req).trace_id,
         now: time::now_ms(),
         _room: room,
     };
     check_policy(state, &admitted, resolved.as_ref().map(|(n, _)| n.as_str())).await?;
+    admitted.credential = credential::resolve(
+        state,
+        &admitted.key,
+        key_source,
+        route,
+        &admitted.base,
+        admitted.brings_own_credential,
+    )
+    .await?;
     check_plan(state, &admitted).await?;
     Ok(admitted)
 }
@@ -242,7 +258,12 @@ fn upstream_base(state: &AppState, route: Route, requested: Option<&str>) -> Res
 }
 
 async fn check_policy(state: &AppState, a: &Admitted, canonical: Option<&str>) -> Result<(), ApiError> {
-    let Some(err) = policy_refusal(&a.key, a.provider, &a.model, canonical, a.customer.as_deref()) else {
+    let refusal =
+        policy_refusal(&a.key, a.provider, &a.model, canonical, a.customer.as_deref()).or_else(|| {
+            (a.key.require_stored_credentials && a.brings_own_credential)
+                .then(|| own_credential_refused(a.provider))
+        });
+    let Some(err) = refusal else {
         return Ok(());
     };
     let details = json!({ "code": err.code, "message": err.message });

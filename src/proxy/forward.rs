@@ -49,7 +49,8 @@ pub async fn send(
     let url = upstream::url(&a.base, a.route, &a.model, req.query_string());
     let client = upstream::client(&state.config);
     let traceparent = super::route::trace_of(req).traceparent;
-    let forwarded = upstream::forwarded_headers(a.route, req.headers(), traceparent.as_deref());
+    let forwarded =
+        upstream::forwarded_headers(a.route, req.headers(), traceparent.as_deref(), &a.credential);
     let send = || {
         let mut request = client
             .post(&url)

@@ -115,14 +115,16 @@ pub struct McpRecorded {
 }
 
 /// Chat completions (OpenAI format), streaming (`stream: true`, SSE) or not.
-#[utoipa::path(post, path = "/v1/chat/completions", tag = "proxy", security(("serviceKey" = [])),
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "proxy",
+    security(("serviceKey" = []), ("serviceKeyBearer" = [])),
     params(ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
         (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming)",
             content((ProviderBody = "application/json"), (String = "text/event-stream"))),
         (status = "4XX", description = "Our errors in the envelope (validation_error, invalid_json, invalid_upstream, \
-            unauthorized, forbidden, mandate_violation, customer_not_allowed, payload_too_large, \
+            unauthorized, forbidden (also: the key requires stored provider credentials and the call brought \
+            its own), mandate_violation, customer_not_allowed, payload_too_large, \
             unsupported_media_type, rate_limit_exceeded and the enforcement codes with X-Service-Denied: 1), \
             or the provider's own error passed through", content((ProviderBody = "application/json"))),
         (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
@@ -132,7 +134,8 @@ pub struct McpRecorded {
 fn chat_completions() {}
 
 /// Messages (Anthropic format), streaming or not.
-#[utoipa::path(post, path = "/v1/messages", tag = "proxy", security(("serviceKey" = [])),
+#[utoipa::path(post, path = "/v1/messages", tag = "proxy",
+    security(("serviceKey" = []), ("serviceKeyAnthropic" = []), ("serviceKeyBearer" = [])),
     params(ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
@@ -148,7 +151,8 @@ fn messages() {}
 
 /// Gemini `generateContent`. Registered as `/v1beta/models/{tail}`; other actions
 /// than the two documented ones answer 404.
-#[utoipa::path(post, path = "/v1beta/models/{model}:generateContent", tag = "proxy", security(("serviceKey" = [])),
+#[utoipa::path(post, path = "/v1beta/models/{model}:generateContent", tag = "proxy",
+    security(("serviceKey" = []), ("serviceKeyGoogle" = []), ("serviceKeyBearer" = [])),
     params(("model" = String, Path, description = "Model name; dated aliases price as the base model"), ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
@@ -163,7 +167,7 @@ fn gemini_generate() {}
 
 /// Gemini `streamGenerateContent` (the proxy asks upstream for `alt=sse`).
 #[utoipa::path(post, path = "/v1beta/models/{model}:streamGenerateContent", tag = "proxy",
-    security(("serviceKey" = [])),
+    security(("serviceKey" = []), ("serviceKeyGoogle" = []), ("serviceKeyBearer" = [])),
     params(("model" = String, Path, description = "Model name"), ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 
+use super::credential::{is_spendgate_key, Credential};
 use crate::config::Config;
 use crate::pricing::Provider;
 
@@ -42,6 +43,7 @@ pub const EXTRA_UPSTREAMS: [&str; 5] = [
 
 pub const DEFAULT_OPENAI: &str = "https://api.openai.com";
 pub const DEFAULT_ANTHROPIC: &str = "https://api.anthropic.com";
+pub const DEFAULT_GEMINI: &str = "https://generativelanguage.googleapis.com";
 
 /// An `X-Service-Upstream` that is not on the allow-list (400 `invalid_upstream`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,29 +104,36 @@ fn join_query(url: String, query: &str) -> String {
     }
 }
 
-/// The headers forwarded upstream for `route`, exactly as the spec lists them.
-/// `traceparent` is forwarded (with `tracestate`) only when it was valid.
+/// The headers forwarded upstream for `route`, exactly as the spec lists them, with
+/// the provider key of `credential` (the client's own key headers, never a spendgate
+/// key; or the stored one). `traceparent` is forwarded (with `tracestate`) only when
+/// it was valid.
 pub fn forwarded_headers(
     route: Route,
     inbound: &HeaderMap,
     traceparent: Option<&str>,
+    credential: &Credential,
 ) -> Vec<(HeaderName, HeaderValue)> {
     let mut out = Vec::with_capacity(6);
-    let mut copy = |name: &'static str| {
-        if let Some(v) = inbound.get(name) {
+    let client_keys = matches!(credential, Credential::Client);
+    // `key`: a provider key header, passed only as the client's own key, and never
+    // when it holds a spendgate key.
+    let mut copy = |name: &'static str, key: bool| {
+        let value = inbound.get(name).filter(|v| !key || (client_keys && !is_spendgate_key(name, v)));
+        if let Some(v) = value {
             out.push((HeaderName::from_static(name), v.clone()));
         }
     };
     match route.provider() {
         Provider::OpenAi => {
-            copy("authorization");
-            copy("openai-organization");
-            copy("openai-project");
+            copy("authorization", true);
+            copy("openai-organization", false);
+            copy("openai-project", false);
         }
         Provider::Anthropic => {
-            copy("x-api-key");
-            copy("authorization");
-            copy("anthropic-beta");
+            copy("x-api-key", true);
+            copy("authorization", true);
+            copy("anthropic-beta", false);
             let version = inbound
                 .get("anthropic-version")
                 .cloned()
@@ -133,16 +142,21 @@ pub fn forwarded_headers(
         }
         Provider::Google => {
             // The Google-style key: the native header, else `Authorization: Bearer <key>`.
-            let native = inbound.get("x-goog-api-key").cloned();
+            let native =
+                inbound.get("x-goog-api-key").filter(|v| !is_spendgate_key("x-goog-api-key", v)).cloned();
             let bearer = inbound
                 .get("authorization")
+                .filter(|v| !is_spendgate_key("authorization", v))
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
                 .and_then(|k| HeaderValue::from_str(k.trim()).ok());
-            if let Some(key) = native.or(bearer) {
+            if let Some(key) = native.or(bearer).filter(|_| client_keys) {
                 out.push((HeaderName::from_static("x-goog-api-key"), key));
             }
         }
+    }
+    if let Credential::Stored(name, value) = credential {
+        out.push((name.clone(), value.clone()));
     }
     if let Some(tp) = traceparent.and_then(|t| HeaderValue::from_str(t).ok()) {
         out.push((HeaderName::from_static("traceparent"), tp));
@@ -224,7 +238,7 @@ mod tests {
     #[test]
     fn anthropic_version_defaults_and_gemini_key_moves() {
         let inbound = HeaderMap::new();
-        let h = forwarded_headers(Route::Messages, &inbound, None);
+        let h = forwarded_headers(Route::Messages, &inbound, None, &Credential::Client);
         assert_eq!(
             h,
             vec![(HeaderName::from_static("anthropic-version"), HeaderValue::from_static("2023-06-01"))]
@@ -232,7 +246,28 @@ mod tests {
         let mut inbound = HeaderMap::new();
         inbound.insert(HeaderName::from_static("authorization"), HeaderValue::from_static("Bearer g-key"));
         inbound.insert(HeaderName::from_static("x-service-key"), HeaderValue::from_static("secret"));
-        let h = forwarded_headers(Route::GenerateContent, &inbound, None);
+        let h = forwarded_headers(Route::GenerateContent, &inbound, None, &Credential::Client);
         assert_eq!(h, vec![(HeaderName::from_static("x-goog-api-key"), HeaderValue::from_static("g-key"))]);
+    }
+
+    #[test]
+    fn stored_credential_replaces_client_keys_and_spendgate_keys_never_leave() {
+        let svc = HeaderValue::from_static("Bearer svc_live_sk_0123456789abcdef0123456789abcdef");
+        let mut inbound = HeaderMap::new();
+        inbound.insert(HeaderName::from_static("authorization"), svc.clone());
+        inbound.insert(HeaderName::from_static("x-api-key"), HeaderValue::from_static("sk-ant-own"));
+        let h = forwarded_headers(Route::Messages, &inbound, None, &Credential::Client);
+        assert!(h.iter().all(|(_, v)| v != svc), "{h:?}");
+        assert!(h.iter().any(|(n, v)| n == "x-api-key" && v == "sk-ant-own"));
+        let stored = Credential::Stored(
+            HeaderName::from_static("x-api-key"),
+            HeaderValue::from_static("sk-ant-stored"),
+        );
+        let h = forwarded_headers(Route::Messages, &inbound, None, &stored);
+        let keys: Vec<_> = h.iter().filter(|(n, _)| n == "x-api-key" || n == "authorization").collect();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0].1, "sk-ant-stored");
+        let h = forwarded_headers(Route::ChatCompletions, &inbound, None, &Credential::Absent);
+        assert!(h.iter().all(|(n, _)| n != "authorization"));
     }
 }

@@ -5,6 +5,7 @@ use uuid::Uuid;
 
 pub const ACTION: &str = "svc_act_";
 pub const API_KEY: &str = "svc_key_";
+pub const PROVIDER_CREDENTIAL: &str = "svc_cred_";
 pub const COST_EVENT: &str = "svc_evt_";
 pub const BUDGET: &str = "svc_bgt_";
 pub const WEBHOOK: &str = "svc_wh_";

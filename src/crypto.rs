@@ -1,7 +1,7 @@
-//! Processor keys at rest: AES-256-GCM under the SHA-256 of the configured
-//! `secret_key`, a random 96-bit nonce per encryption, and the organization id as
-//! associated data (a ciphertext copied to another organization does not decrypt).
-//! Stored as `v1:` + hex(nonce ‖ ciphertext).
+//! Secrets at rest (processor keys, provider credentials): AES-256-GCM under the
+//! SHA-256 of the `secret_key` setting, a random 96-bit nonce per encryption, and the
+//! organization id as associated data (a ciphertext copied to another organization
+//! does not decrypt). Stored as `v1:` + hex(nonce ‖ ciphertext).
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -12,7 +12,7 @@ const VERSION: &str = "v1:";
 const NONCE_LEN: usize = 12;
 
 #[derive(Debug, thiserror::Error)]
-#[error("processor key encryption failed")]
+#[error("secret encryption or decryption failed")]
 pub struct CryptoError;
 
 fn cipher(secret: &str) -> Aes256Gcm {
