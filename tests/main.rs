@@ -24,6 +24,7 @@ mod orgs;
 mod pricing;
 mod proxy;
 mod proxy_money;
+mod proxy_responses;
 mod rollups;
 mod tool_costs;
 mod webhooks;

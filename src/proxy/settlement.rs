@@ -10,11 +10,20 @@
 //! - completed without usage: the estimate (`_svc_no_usage`);
 //! - cancelled by the client: at least the estimate (`_svc_cancelled`);
 //! - failed, timed out, or ended without the provider's end marker (an error event, a
-//!   transport close): at least the estimate (`_svc_stream_error`).
+//!   transport close): at least the estimate (`_svc_stream_error`);
+//! - a Responses `background: true` call, answered before the work is done and without
+//!   usage: the estimate (`_svc_background`).
+//!
+//! Tools the provider ran itself (Responses built-in tools) are counted on the event
+//! (`_svc_builtin_tool_calls`, `web_search_call:2,...`) and charged on top at their
+//! per-call price from the price table (the code interpreter per container); one
+//! without a price makes the event `_svc_estimated` + `_svc_unpriced_builtin_tool`,
+//! never silently free.
 //!
 //! Every admitted call that reached the provider is charged: a client's reused request
 //! id correlates, it never deduplicates a call away.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use serde_json::json;
@@ -22,6 +31,7 @@ use serde_json::json;
 use super::admission::Admitted;
 use super::meter::{End, Seen, MAX_BODY_RECORD};
 use super::reservation::Reservation;
+use super::usage::BuiltinCall;
 use crate::accounting::event::{self, Dedup, EventSpec};
 use crate::db::cost_events::NewCostEvent;
 use crate::db::models::CostEventBody;
@@ -61,6 +71,38 @@ struct Charge {
     usage: Option<Usage>,
     breakdown: Option<pricing::CostBreakdown>,
     estimated: Vec<&'static str>,
+    /// The provider-run tools' part of `cost`.
+    tools: BuiltinCharge,
+}
+
+/// Provider-run tools of one call: calls per type, and what they cost.
+#[derive(Default)]
+struct BuiltinCharge {
+    counts: BTreeMap<String, u64>,
+    cost: i64,
+    unpriced: bool,
+}
+
+/// Code interpreter calls are charged per container, not per call.
+const PER_CONTAINER: &str = "code_interpreter_call";
+
+fn builtin_charge(state: &AppState, provider: Provider, calls: &[BuiltinCall]) -> BuiltinCharge {
+    let mut out = BuiltinCharge::default();
+    let mut containers: BTreeSet<&str> = BTreeSet::new();
+    for call in calls {
+        *out.counts.entry(call.kind.clone()).or_default() += 1;
+        // A call in a container already charged for costs nothing more.
+        let new_unit =
+            call.kind != PER_CONTAINER || call.container.as_deref().is_none_or(|c| containers.insert(c));
+        if !new_unit {
+            continue;
+        }
+        match state.pricing.builtin_tool_price(provider, &call.kind) {
+            Some(price) => out.cost = out.cost.saturating_add(price),
+            None => out.unpriced = true,
+        }
+    }
+    out
 }
 
 impl Settlement {
@@ -118,6 +160,10 @@ impl Settlement {
             tags.insert("_svc_estimated".to_owned(), "true".to_owned());
             tags.insert(format!("_svc_{reason}"), "true".to_owned());
         }
+        if !charge.tools.counts.is_empty() {
+            let counts: Vec<String> = charge.tools.counts.iter().map(|(k, n)| format!("{k}:{n}")).collect();
+            tags.insert("_svc_builtin_tool_calls".to_owned(), counts.join(","));
+        }
         if a.provider == Provider::Google {
             if let Some(id) = &seen.response_id {
                 tags.insert("_svc_google_response_id".to_owned(), id.clone());
@@ -154,9 +200,13 @@ impl Settlement {
         row.upstream_duration_ms = Some(self.upstream_ms);
         row.session_id.clone_from(&a.headers.session);
         row.trace_id = Some(a.trace_id.clone());
+        let tools_cost = charge.tools.cost;
         row.cost_breakdown = charge.breakdown.map(|b| {
-            json!({ "input": b.input + b.cache_write, "output": b.output, "cached": b.cached, "reasoning": b.reasoning })
-                .to_string()
+            let mut parts = json!({ "input": b.input + b.cache_write, "output": b.output, "cached": b.cached, "reasoning": b.reasoning });
+            if tools_cost > 0 {
+                parts["tools"] = json!(tools_cost);
+            }
+            parts.to_string()
         });
         row.action_id =
             a.headers.action_id.as_deref().and_then(|id| id.strip_prefix("svc_act_")).map(str::to_owned);
@@ -185,10 +235,21 @@ fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge 
         let b = pricing::cost(&price, &u);
         (b.total, b)
     };
+    let tools = builtin_charge(state, a.provider, &seen.builtin_calls);
     let mut charge = match (seen.end, seen.usage) {
+        // Answered before the work: whatever the body says, the estimate.
+        (End::Completed, _) if a.summary.background => Charge {
+            cost: estimate,
+            usage: None,
+            breakdown: None,
+            estimated: vec!["background"],
+            tools: BuiltinCharge::default(),
+        },
         (End::Completed, Some(usage)) => {
             let (cost, breakdown) = priced(usage);
-            Charge { cost, usage: Some(usage), breakdown: Some(breakdown), estimated: Vec::new() }
+            let cost = cost.saturating_add(tools.cost);
+            let estimated = if tools.unpriced { vec!["unpriced_builtin_tool"] } else { Vec::new() };
+            Charge { cost, usage: Some(usage), breakdown: Some(breakdown), estimated, tools }
         }
         (end, usage) => {
             let reason = match end {
@@ -196,8 +257,8 @@ fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge 
                 End::Cancelled => "cancelled",
                 End::UpstreamFailed | End::TimedOut | End::Incomplete => "stream_error",
             };
-            let partial = usage.map_or(0, |u| priced(u).0);
-            Charge { cost: partial.max(estimate), usage, breakdown: None, estimated: vec![reason] }
+            let partial = usage.map_or(0, |u| priced(u).0).saturating_add(tools.cost);
+            Charge { cost: partial.max(estimate), usage, breakdown: None, estimated: vec![reason], tools }
         }
     };
     if unknown {

@@ -1,0 +1,120 @@
+//! The Responses API's bookkeeping endpoints (retrieve, delete, cancel, list input
+//! items, count input tokens): no model runs for them at the provider's price, so they
+//! are authenticated like every proxied call (IP and key rate limits, `X-Service-Key`)
+//! and forwarded with the OpenAI route's headers, but neither reserved nor charged, and
+//! they leave no cost event.
+
+use std::time::Instant;
+
+use super::upstream::{self, Route};
+use crate::error::{ApiError, ErrorCode};
+use crate::state::AppState;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::Method;
+use actix_web::{web, HttpRequest, HttpResponse};
+
+/// `GET`/`DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`,
+/// `GET /v1/responses/{id}/input_items`, `POST /v1/responses/input_tokens`.
+pub async fn responses(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    use actix_web::ResponseError;
+    let mut version = crate::API_VERSION.to_owned();
+    let mut res = match forward(&req, body, &state, &mut version).await {
+        Ok(res) => res,
+        Err(e) => e.error_response(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&version) {
+        res.headers_mut().insert(header::HeaderName::from_static("service-version"), v);
+    }
+    res
+}
+
+async fn forward(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+    version: &mut String,
+) -> Result<HttpResponse, ApiError> {
+    super::check_ip(req, state)?;
+    let key = super::key_of(req, state).await?;
+    if let Some(v) = key.api_version.clone() {
+        *version = v;
+    }
+    let decision = state.rate_limits.check_key(&key.key_id);
+    if !decision.allowed {
+        return Err(super::rate_limited());
+    }
+    let body = super::admission::read_body(req, payload).await?;
+    let headers = super::headers::parse(req.headers())?;
+    if let Some(v) = &headers.version {
+        version.clone_from(v);
+    }
+    let base =
+        upstream::base_url(&state.config, Route::Responses, headers.upstream.as_deref()).map_err(|_| {
+            ApiError::new(ErrorCode::InvalidUpstream, "X-Service-Upstream is not on the allow-list")
+        })?;
+    let url = upstream_url(base, req.path(), req.query_string());
+    let traceparent = super::route::trace_of(req).traceparent;
+    let forwarded = upstream::forwarded_headers(Route::Responses, req.headers(), traceparent.as_deref());
+    let client = upstream::client(&state.config);
+    let mut request =
+        client.request(req.method().clone(), &url).insert_header((header::ACCEPT_ENCODING, "identity"));
+    for (name, value) in forwarded {
+        request = request.insert_header((name, value));
+    }
+    let started = Instant::now();
+    let sent = if req.method() == Method::POST {
+        let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
+        let request = match content_type {
+            Some(ct) => request.insert_header((header::CONTENT_TYPE, ct)),
+            None => request,
+        };
+        tokio::time::timeout(state.config.upstream_timeout, request.send_body(body)).await
+    } else {
+        tokio::time::timeout(state.config.upstream_timeout, request.send()).await
+    };
+    let response = match sent {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, url = %url, elapsed_ms = started.elapsed().as_millis(), "upstream request failed");
+            return Err(ApiError::new(
+                ErrorCode::UpstreamError,
+                format!("Could not reach the provider: {e}"),
+            ));
+        }
+        Err(_) => {
+            return Err(ApiError::new(ErrorCode::UpstreamTimeout, "The provider did not answer in time"))
+        }
+    };
+    let mut builder = HttpResponse::build(response.status());
+    for (name, value) in response.headers() {
+        if upstream::passes_back(name) {
+            builder.append_header((name.clone(), value.clone()));
+        }
+    }
+    builder.insert_header(("x-service-request-id", headers.request_id.as_str()));
+    Ok(builder.streaming(response))
+}
+
+/// The provider URL of a bookkeeping call: the base plus the request's own path (one of
+/// the routes registered for this handler, all under `/v1/responses`) and query.
+fn upstream_url(base: &str, path: &str, query: &str) -> String {
+    if query.is_empty() {
+        format!("{base}{path}")
+    } else {
+        format!("{base}{path}?{query}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::upstream_url;
+
+    #[test]
+    fn path_and_query_follow_the_base() {
+        assert_eq!(upstream_url("http://m", "/v1/responses/resp_1", ""), "http://m/v1/responses/resp_1");
+        assert_eq!(
+            upstream_url("http://m", "/v1/responses/resp_1/input_items", "limit=5"),
+            "http://m/v1/responses/resp_1/input_items?limit=5"
+        );
+    }
+}
