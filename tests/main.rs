@@ -26,5 +26,6 @@ mod proxy;
 mod proxy_money;
 mod proxy_responses;
 mod rollups;
+mod sdk_python;
 mod tool_costs;
 mod webhooks;
