@@ -2,6 +2,7 @@
 //! Every response carries `X-Service-Trace-Id`.
 
 pub mod admission;
+pub mod builtin_tools;
 pub mod customers;
 mod customers_doc;
 pub mod denial;

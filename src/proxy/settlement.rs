@@ -23,15 +23,14 @@
 //! Every admitted call that reached the provider is charged: a client's reused request
 //! id correlates, it never deduplicates a call away.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use serde_json::json;
 
 use super::admission::Admitted;
+use super::builtin_tools::{self, BuiltinCharge};
 use super::meter::{End, Seen, MAX_BODY_RECORD};
 use super::reservation::Reservation;
-use super::usage::BuiltinCall;
 use crate::accounting::event::{self, Dedup, EventSpec};
 use crate::db::cost_events::NewCostEvent;
 use crate::db::models::CostEventBody;
@@ -73,36 +72,6 @@ struct Charge {
     estimated: Vec<&'static str>,
     /// The provider-run tools' part of `cost`.
     tools: BuiltinCharge,
-}
-
-/// Provider-run tools of one call: calls per type, and what they cost.
-#[derive(Default)]
-struct BuiltinCharge {
-    counts: BTreeMap<String, u64>,
-    cost: i64,
-    unpriced: bool,
-}
-
-/// Code interpreter calls are charged per container, not per call.
-const PER_CONTAINER: &str = "code_interpreter_call";
-
-fn builtin_charge(state: &AppState, provider: Provider, calls: &[BuiltinCall]) -> BuiltinCharge {
-    let mut out = BuiltinCharge::default();
-    let mut containers: BTreeSet<&str> = BTreeSet::new();
-    for call in calls {
-        *out.counts.entry(call.kind.clone()).or_default() += 1;
-        // A call in a container already charged for costs nothing more.
-        let new_unit =
-            call.kind != PER_CONTAINER || call.container.as_deref().is_none_or(|c| containers.insert(c));
-        if !new_unit {
-            continue;
-        }
-        match state.pricing.builtin_tool_price(provider, &call.kind) {
-            Some(price) => out.cost = out.cost.saturating_add(price),
-            None => out.unpriced = true,
-        }
-    }
-    out
 }
 
 impl Settlement {
@@ -160,9 +129,8 @@ impl Settlement {
             tags.insert("_svc_estimated".to_owned(), "true".to_owned());
             tags.insert(format!("_svc_{reason}"), "true".to_owned());
         }
-        if !charge.tools.counts.is_empty() {
-            let counts: Vec<String> = charge.tools.counts.iter().map(|(k, n)| format!("{k}:{n}")).collect();
-            tags.insert("_svc_builtin_tool_calls".to_owned(), counts.join(","));
+        if let Some(counts) = charge.tools.tag() {
+            tags.insert("_svc_builtin_tool_calls".to_owned(), counts);
         }
         if a.provider == Provider::Google {
             if let Some(id) = &seen.response_id {
@@ -235,7 +203,7 @@ fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge 
         let b = pricing::cost(&price, &u);
         (b.total, b)
     };
-    let tools = builtin_charge(state, a.provider, &seen.builtin_calls);
+    let tools = builtin_tools::charge(&state.pricing, a.provider, &seen.builtin_calls);
     let mut charge = match (seen.end, seen.usage) {
         // Answered before the work: whatever the body says, the estimate.
         (End::Completed, _) if a.summary.background => Charge {
@@ -248,8 +216,7 @@ fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge 
         (End::Completed, Some(usage)) => {
             let (cost, breakdown) = priced(usage);
             let cost = cost.saturating_add(tools.cost);
-            let estimated = if tools.unpriced { vec!["unpriced_builtin_tool"] } else { Vec::new() };
-            Charge { cost, usage: Some(usage), breakdown: Some(breakdown), estimated, tools }
+            Charge { cost, usage: Some(usage), breakdown: Some(breakdown), estimated: Vec::new(), tools }
         }
         (end, usage) => {
             let reason = match end {
@@ -261,6 +228,9 @@ fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge 
             Charge { cost: partial.max(estimate), usage, breakdown: None, estimated: vec![reason], tools }
         }
     };
+    if charge.tools.unpriced {
+        charge.estimated.push("unpriced_builtin_tool");
+    }
     if unknown {
         charge.estimated.push("unknown_model");
     }
