@@ -278,3 +278,33 @@ async fn bookkeeping_endpoints_pass_through_uncharged() {
     let listed = s.owner.get("/api/cost-events?limit=100").await;
     assert_eq!(listed.body["data"].as_array().map(Vec::len), Some(0), "no cost event: {listed:?}");
 }
+
+#[tokio::test]
+async fn key_policy_applies_to_responses_and_embeddings() {
+    let s = setup().await;
+    let patch = json!({ "allowedModels": ["gpt-4o-mini"], "allowedCustomers": ["acme"] });
+    let r = s.owner.patch(&format!("/api/keys/{}", s.key_id), patch).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = s.send("/v1/responses", &responses(json!({ "model": "gpt-4.1" })), &[]).await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{r:?}");
+    assert_eq!(r.header("x-service-denied"), Some("1"));
+    let r = s.send("/v1/embeddings", &json!({ "model": "text-embedding-3-small", "input": "x" }), &[]).await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{r:?}");
+    let r = s.send("/v1/responses", &responses(json!({})), &[("x-service-customer", "globex")]).await;
+    assert_eq!((r.status, r.code()), (403, "customer_not_allowed"), "{r:?}");
+    assert_eq!(s.mock.count(), 0, "nothing forwarded");
+    // Allowed: tags, session and customer reach the cost event.
+    let headers = [
+        ("x-service-customer", "acme"),
+        ("x-service-session", "run-1"),
+        ("x-service-tags", r#"{"team":"ml"}"#),
+    ];
+    let r = s
+        .send("/v1/responses", &responses(json!({ "mock": { "usage": usage(MINI_USAGE) } })), &headers)
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-service-session"), Some("run-1"));
+    let e = one_event(&s).await;
+    assert_eq!((e["customerId"].as_str(), e["sessionId"].as_str()), (Some("acme"), Some("run-1")), "{e}");
+    assert_eq!(e["tags"]["team"], "ml");
+}
