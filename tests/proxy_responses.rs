@@ -274,6 +274,24 @@ async fn bookkeeping_endpoints_pass_through_uncharged() {
         }
     }
     assert_eq!(s.mock.count(), 5, "unauthenticated calls never reached the provider");
+    for odd in ["/v1/responses/%2E%2E", "/v1/responses/%2E%2E/cancel", "/v1/responses/a%2Fb/input_items"] {
+        let method = if odd.ends_with("cancel") { reqwest::Method::POST } else { reqwest::Method::GET };
+        let r = read(proxy.request(method, odd).header("x-service-key", &s.raw).send().await.unwrap()).await;
+        // Refused by the id check, or not even routed: in the error envelope either way.
+        let refused = [(400, "validation_error"), (404, "not_found")];
+        assert!(refused.contains(&(r.status, r.code())), "{odd}: {r:?}");
+    }
+    let r = read(
+        proxy
+            .request(reqwest::Method::GET, "/v1/responses/...")
+            .header("x-service-key", &s.raw)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((r.status, r.code()), (400, "validation_error"), "{r:?}");
+    assert_eq!(s.mock.count(), 5, "an odd id never reaches the provider");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let listed = s.owner.get("/api/cost-events?limit=100").await;
     assert_eq!(listed.body["data"].as_array().map(Vec::len), Some(0), "no cost event: {listed:?}");

@@ -43,6 +43,7 @@ async fn forward(
     if !decision.allowed {
         return Err(super::rate_limited());
     }
+    check_id(req.match_info().get("id"))?;
     let body = super::admission::read_body(req, payload).await?;
     let headers = super::headers::parse(req.headers())?;
     if let Some(v) = &headers.version {
@@ -95,6 +96,24 @@ async fn forward(
     Ok(builder.streaming(response))
 }
 
+/// A response id is one plain path segment (`resp_…`): anything that could make the
+/// provider's URL point elsewhere (dots only, percent escapes, separators) is refused
+/// before it goes anywhere, since these calls are not charged.
+fn check_id(id: Option<&str>) -> Result<(), ApiError> {
+    let Some(id) = id else { return Ok(()) };
+    let plain = id.len() <= 200
+        && id.bytes().any(|b| b != b'.')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if plain {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_field(
+            &["response_id"],
+            "response id must be 1-200 of [A-Za-z0-9_.-], not dots only",
+        ))
+    }
+}
+
 /// The provider URL of a bookkeeping call: the base plus the request's own path (one of
 /// the routes registered for this handler, all under `/v1/responses`) and query.
 fn upstream_url(base: &str, path: &str, query: &str) -> String {
@@ -107,7 +126,16 @@ fn upstream_url(base: &str, path: &str, query: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::upstream_url;
+    use super::{check_id, upstream_url};
+
+    #[test]
+    fn response_ids_are_plain_segments() {
+        assert!(check_id(Some("resp_67ccd2bed1ec8190")).is_ok());
+        assert!(check_id(None).is_ok());
+        for bad in ["..", ".", "%2E%2E", "a/b", "", "a b", &"x".repeat(201)] {
+            assert!(check_id(Some(bad)).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn path_and_query_follow_the_base() {
