@@ -20,6 +20,10 @@
 //! - throughput at saturation from concurrent clients (last, so that the recording
 //!   backlog it leaves does not disturb the other phases).
 //!
+//! The same run also drives `POST /v1/responses` (the Responses API, plain and streamed
+//! as typed events) at the mock directly (AR) and through the proxy (R), so that the
+//! Responses route's added latency and throughput stand beside the chat route's.
+//!
 //! Each figure is also given as what spendgate adds above the floor (B - N), against
 //! the targets of issue #13 (p50 ≤ 35 µs, p99 ≤ 250 µs, throughput ≥ 0.8 × the
 //! floor's). The load generator shares the 2 cores with the proxy and the mock, and the
@@ -70,6 +74,18 @@ fn body(stream: bool) -> String {
     )
 }
 
+/// A Responses request, distinct per request like [`body`].
+fn responses_body(stream: bool) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let content = if fixed_body() {
+        "hello".to_owned()
+    } else {
+        format!("hello {:010}", SEQ.fetch_add(1, Ordering::Relaxed))
+    };
+    let stream = if stream { r#","stream":true"# } else { "" };
+    format!(r#"{{"model":"gpt-4o-mini","input":"{content}","max_output_tokens":50{stream}}}"#)
+}
+
 fn fixed_body() -> bool {
     static FIXED: OnceLock<bool> = OnceLock::new();
     *FIXED.get_or_init(|| std::env::var("PROXY_BENCH_FIXED_BODY").is_ok_and(|v| v == "1"))
@@ -91,6 +107,25 @@ const CHUNKS: [&str; 3] = [
 const USAGE_CHUNK: &str = "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":20,\"total_tokens\":30}}\n\n";
 const DONE: &str = "data: [DONE]\n\n";
 
+const RESPONSE: &str = r#"{"id":"resp_bench","object":"response","created_at":1700000000,"status":"completed","model":"gpt-4o-mini","output":[{"type":"message","id":"msg_bench","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello there!","annotations":[]}]}],"usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":0},"output_tokens":20,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":30}}"#;
+const RESPONSE_EVENTS: [&str; 4] = [
+    "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_bench\",\"object\":\"response\",\"status\":\"in_progress\",\"model\":\"gpt-4o-mini\",\"output\":[],\"usage\":null}}\n\n",
+    "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"item_id\":\"msg_bench\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hello\"}\n\n",
+    "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"msg_bench\",\"output_index\":0,\"content_index\":0,\"delta\":\" there!\"}\n\n",
+    "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"resp_bench\",\"object\":\"response\",\"status\":\"completed\",\"model\":\"gpt-4o-mini\",\"output\":[{\"type\":\"message\",\"id\":\"msg_bench\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hello there!\"}]}],\"usage\":{\"input_tokens\":10,\"output_tokens\":20,\"total_tokens\":30}}}\n\n",
+];
+
+async fn mock_responses(body: web::Bytes) -> HttpResponse {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !req["stream"].as_bool().unwrap_or(false) {
+        return HttpResponse::Ok()
+            .content_type("application/json")
+            .insert_header(("x-request-id", "req_bench"))
+            .body(RESPONSE);
+    }
+    events(RESPONSE_EVENTS.to_vec())
+}
+
 async fn mock_chat(body: web::Bytes) -> HttpResponse {
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if !req["stream"].as_bool().unwrap_or(false) {
@@ -104,6 +139,11 @@ async fn mock_chat(body: web::Bytes) -> HttpResponse {
         parts.push(USAGE_CHUNK);
     }
     parts.push(DONE);
+    events(parts)
+}
+
+/// An event-stream answer of `parts`, each in its own write.
+fn events(parts: Vec<&'static str>) -> HttpResponse {
     // Yielding between chunks makes the body stream pending once, so actix flushes each
     // chunk in its own write instead of coalescing them; no timer is involved.
     let stream = futures_util::stream::unfold((parts.into_iter(), true), |(mut it, first)| async move {
@@ -133,7 +173,8 @@ impl Drop for Mock {
 
 fn start_mock() -> Mock {
     serve("mock-upstream", 1, |cfg| {
-        cfg.route("/v1/chat/completions", web::post().to(mock_chat));
+        cfg.route("/v1/chat/completions", web::post().to(mock_chat))
+            .route("/v1/responses", web::post().to(mock_responses));
     })
 }
 
@@ -312,6 +353,8 @@ struct Target {
     name: &'static str,
     url: String,
     headers: HeaderMap,
+    /// Sends Responses requests (AR, R) instead of chat completions.
+    responses: bool,
 }
 
 /// One request, read to the end. `first_byte`: also time the first body chunk.
@@ -324,7 +367,8 @@ struct Sample {
 }
 
 async fn once(http: &reqwest::Client, t: &Target, stream: bool) -> Result<Sample, BoxError> {
-    let request = http.post(&t.url).headers(t.headers.clone()).body(body(stream));
+    let payload = if t.responses { responses_body(stream) } else { body(stream) };
+    let request = http.post(&t.url).headers(t.headers.clone()).body(payload);
     let started = Instant::now();
     let mut r = request.send().await?;
     let status = r.status();
@@ -475,6 +519,8 @@ fn label(name: &str) -> &'static str {
         "A" => "mock direct",
         "N" => "nginx reverse proxy (floor)",
         "F" => "actix-web + awc forwarder",
+        "AR" => "mock direct, /v1/responses",
+        "R" => "through spendgate, /v1/responses",
         _ => "through spendgate",
     }
 }
@@ -484,7 +530,7 @@ fn print_latency(title: &str, targets: &[&Target], hs: &[Histogram<u64>]) {
     println!("{title:<36}      p50      p90      p99  added p50  added p99");
     for (t, h) in targets.iter().zip(hs) {
         println!(
-            "{}  {:<32} {:>8} {:>8} {:>8} {:>10} {:>10}",
+            "{:<2} {:<32} {:>8} {:>8} {:>8} {:>10} {:>10}",
             t.name,
             label(t.name),
             pct(h, 0.5),
@@ -506,6 +552,20 @@ fn of<'a>(targets: &[&Target], hs: &'a [Histogram<u64>], name: &str) -> Option<&
 fn above_floor(targets: &[&Target], hs: &[Histogram<u64>]) -> Option<(i64, i64)> {
     let (n, b) = (of(targets, hs, "N")?, of(targets, hs, "B")?);
     Some((added(b, n, 0.5), added(b, n, 0.99)))
+}
+
+/// What each route adds through spendgate over the mock answering it directly: the
+/// chat route (B - A) and the Responses route (R - AR), at p50 and p99.
+fn print_route_added(what: &str, targets: &[&Target], hs: &[Histogram<u64>]) {
+    let pair = |via: &str, direct: &str| {
+        let (v, d) = (of(targets, hs, via)?, of(targets, hs, direct)?);
+        Some((added(v, d, 0.5), added(v, d, 0.99)))
+    };
+    if let (Some((c50, c99)), Some((r50, r99))) = (pair("B", "A"), pair("R", "AR")) {
+        println!(
+            "   {what} added by spendgate (µs): chat p50 {c50}, p99 {c99}; Responses p50 {r50}, p99 {r99}"
+        );
+    }
 }
 
 fn verdict(met: bool) -> &'static str {
@@ -554,6 +614,13 @@ async fn run() -> Result<(), BoxError> {
         name,
         url: format!("{base}/v1/chat/completions"),
         headers: headers.clone(),
+        responses: false,
+    };
+    let to_responses = |name, base: &str, headers: &HeaderMap| Target {
+        name,
+        url: format!("{base}/v1/responses"),
+        headers: headers.clone(),
+        responses: true,
     };
     let a = to("A", &mock.base, &common);
     let nx = floor.as_ref().map(|ng| to("N", &ng.base, &common));
@@ -562,7 +629,10 @@ async fn run() -> Result<(), BoxError> {
     hb.insert("x-service-key", HeaderValue::from_str(&raw_key)?);
     hb.insert("x-service-tags", HeaderValue::from_static(r#"{"team":"bench"}"#));
     let b = to("B", &server.proxy, &hb);
-    let targets: Vec<&Target> = [Some(&a), nx.as_ref(), Some(&f), Some(&b)].into_iter().flatten().collect();
+    let ar = to_responses("AR", &mock.base, &common);
+    let r = to_responses("R", &server.proxy, &hb);
+    let targets: Vec<&Target> =
+        [Some(&a), nx.as_ref(), Some(&f), Some(&b), Some(&ar), Some(&r)].into_iter().flatten().collect();
 
     let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(usize::MAX).build()?;
     let mut proxied: u64 = 0;
@@ -576,7 +646,7 @@ async fn run() -> Result<(), BoxError> {
             once(&http, t, true).await?;
         }
     }
-    proxied += (WARMUP + WARMUP / 5) as u64;
+    proxied += 2 * (WARMUP + WARMUP / 5) as u64;
 
     println!(
         "proxy bench: {n} requests per target at concurrency 1, {clients} clients x {seconds} s, {}",
@@ -584,17 +654,17 @@ async fn run() -> Result<(), BoxError> {
     );
     let load_start = load_average();
     let lat = latency(&http, &targets, n, false).await?;
-    proxied += n as u64;
+    proxied += 2 * n as u64;
     let overhead = lat.overhead.ok_or("the proxy sent no x-service-overhead-ms header")?;
     let st = latency(&http, &targets, n, true).await?;
-    proxied += n as u64;
+    proxied += 2 * n as u64;
 
     // Saturation last: the proxy records its calls in the background, and the backlog
     // must not spill into the concurrency-1 phases.
     let mut rps = Vec::with_capacity(targets.len());
     for t in &targets {
         let (count, per_second) = throughput(&http, t, clients, seconds).await?;
-        if t.name == "B" {
+        if t.name == "B" || t.name == "R" {
             proxied += count;
         }
         rps.push((count, per_second));
@@ -605,6 +675,7 @@ async fn run() -> Result<(), BoxError> {
     print_latency("latency, concurrency 1 (µs)", &targets, &lat.targets);
     let lat_above = above_floor(&targets, &lat.targets);
     print_above_floor("latency", lat_above);
+    print_route_added("latency", &targets, &lat.targets);
     let us = |v: u64| format!("{v:>8}");
     println!(
         "   x-service-overhead-ms (µs)      {} {} {}",
@@ -619,6 +690,7 @@ async fn run() -> Result<(), BoxError> {
     print_latency("streaming time to first byte (µs)", &targets, &st.targets);
     let ttfb_above = above_floor(&targets, &st.targets);
     print_above_floor("time to first byte", ttfb_above);
+    print_route_added("time to first byte", &targets, &st.targets);
     println!();
     let rps_of = |name: &str| targets.iter().position(|t| t.name == name).map(|i| rps[i].1);
     println!("throughput, {clients} clients, {seconds} s     req/s   / mock  / floor");
@@ -626,11 +698,16 @@ async fn run() -> Result<(), BoxError> {
         let to_floor =
             rps_of("N").map_or_else(|| "       -".to_owned(), |n| format!("{:>8.3}", per_second / n));
         println!(
-            "{}  {:<32} {per_second:>8.0} {:>8.3} {to_floor}  ({count} requests)",
+            "{:<2} {:<32} {per_second:>8.0} {:>8.3} {to_floor}  ({count} requests)",
             t.name,
             label(t.name),
             per_second / rps[0].1
         );
+    }
+    let responses_ratio = rps_of("AR").zip(rps_of("R")).map(|(ar, r)| r / ar);
+    let chat_ratio = rps_of("A").zip(rps_of("B")).map(|(a, b)| b / a);
+    if let (Some(chat), Some(resp)) = (chat_ratio, responses_ratio) {
+        println!("   through spendgate / mock direct: chat {chat:.3}, Responses {resp:.3}");
     }
     let ratio = rps_of("N").zip(rps_of("B")).map(|(n, b)| b / n);
     match ratio {
@@ -645,7 +722,7 @@ async fn run() -> Result<(), BoxError> {
     let hist = |hs: &[Histogram<u64>], name: &str| {
         of(&targets, hs, name).map(|h| json!({ "p50": pct(h, 0.5), "p90": pct(h, 0.9), "p99": pct(h, 0.99) }))
     };
-    let per_target = |hs: &[Histogram<u64>]| json!({ "a": hist(hs, "A"), "n": hist(hs, "N"), "f": hist(hs, "F"), "b": hist(hs, "B") });
+    let per_target = |hs: &[Histogram<u64>]| json!({ "a": hist(hs, "A"), "n": hist(hs, "N"), "f": hist(hs, "F"), "b": hist(hs, "B"), "ar": hist(hs, "AR"), "r": hist(hs, "R") });
     let summary = json!({
         "bench": "proxy",
         "requests": n, "clients": clients, "seconds": seconds, "fixed_body": fixed_body(),
@@ -657,6 +734,7 @@ async fn run() -> Result<(), BoxError> {
         "stream_ttfb_above_floor_us": ttfb_above.map(|(p50, p99)| json!({ "p50": p50, "p99": p99 })),
         "throughput_rps": { "a": rps_of("A").map(f64::round), "n": rps_of("N").map(f64::round),
                             "f": rps_of("F").map(f64::round), "b": rps_of("B").map(f64::round),
+                            "ar": rps_of("AR").map(f64::round), "r": rps_of("R").map(f64::round),
                             "b_over_floor": ratio.map(|r| (r * 1000.0).round() / 1000.0) },
         "recorded": { "requests": recorded.0, "proxied": proxied, "cost_microdollars": recorded.1 },
     });

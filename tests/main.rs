@@ -25,6 +25,8 @@ mod pricing;
 mod provider_credentials;
 mod proxy;
 mod proxy_money;
+mod proxy_responses;
 mod rollups;
+mod sdk_python;
 mod tool_costs;
 mod webhooks;

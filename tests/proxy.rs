@@ -342,7 +342,7 @@ async fn request_errors_and_unknown_routes() {
     )
     .await;
     assert_eq!((r.status, r.code()), (404, "not_found"));
-    assert_eq!(s.send("/v1/embeddings", &json!({}), &[]).await.code(), "not_found");
+    assert_eq!(s.send("/v1/audio/speech", &json!({}), &[]).await.code(), "not_found");
     let r = read(s.post("/v1/chat/completions", &json!({})).body("{not json").send().await.unwrap()).await;
     assert_eq!((r.status, r.code()), (400, "invalid_json"));
     let r = s.chat(json!({ "messages": [] })).await;

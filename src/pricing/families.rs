@@ -195,3 +195,28 @@ fn gemini_2_0_and_2_5() {
         ("google", "gemini-2.5-flash", (300_000, 0, 0, 0, 0, 0), 90_000),
     ]);
 }
+
+#[test]
+fn openai_embedding_models() {
+    // 1,000,000 input tokens: the per-million price itself; 1,234 tokens rounded up.
+    check(&[
+        ("openai", "text-embedding-3-small", (1_000_000, 0, 0, 0, 0, 0), 20_000),
+        ("openai", "text-embedding-3-large", (1_000_000, 0, 0, 0, 0, 0), 130_000),
+        ("openai", "text-embedding-ada-002", (1_000_000, 0, 0, 0, 0, 0), 100_000),
+        ("openai", "text-embedding-3-small", (1_234, 0, 0, 0, 0, 0), 25),
+    ]);
+}
+
+#[test]
+fn openai_builtin_tools_per_call() {
+    use super::Provider;
+    let table = builtin();
+    let price = |tool| table.builtin_tool_price(Provider::OpenAi, tool);
+    // $10 per 1,000 web searches, $2.50 per 1,000 file searches, $0.03 per container.
+    assert_eq!(price("web_search_call"), Some(10_000));
+    assert_eq!(price("file_search_call"), Some(2_500));
+    assert_eq!(price("code_interpreter_call"), Some(30_000));
+    assert_eq!(price("mcp_call"), Some(0), "remote MCP: tokens only, priced at 0 on purpose");
+    assert_eq!(price("image_generation_call"), None, "no per-call price: the proxy tags it unpriced");
+    assert_eq!(table.builtin_tool_price(Provider::Anthropic, "web_search_call"), None);
+}

@@ -39,6 +39,10 @@ struct PricingDocument {
     #[serde(default)]
     checked_at: Option<String>,
     models: HashMap<String, ModelPrice>,
+    /// Per-call prices of tools the provider runs itself: `provider/item_type` (the
+    /// Responses API's output item type, such as `openai/web_search_call`) to µ$.
+    #[serde(default)]
+    builtin_tools: HashMap<String, i64>,
 }
 
 /// Per-model prices of every provider, with name resolution.
@@ -53,6 +57,8 @@ pub struct PricingTable {
     fallback_any: ModelPrice,
     /// When the built-in prices were last checked (`YYYY-MM-DD`), from the document.
     checked_at: Option<String>,
+    /// µ$ per call of a provider-run tool, per provider, by output item type.
+    builtin_tools: [HashMap<Box<str>, i64>; 3],
 }
 
 impl PricingTable {
@@ -80,7 +86,15 @@ impl PricingTable {
             fallback: [ModelPrice::new(0, 0); 3],
             fallback_any: ModelPrice::new(0, 0),
             checked_at: document.checked_at,
+            builtin_tools: [HashMap::new(), HashMap::new(), HashMap::new()],
         };
+        for (key, price) in document.builtin_tools {
+            let (provider, tool) = parse_key(&key).ok_or_else(|| PricingError::BadKey(key.clone()))?;
+            if price < 0 {
+                return Err(PricingError::NegativePrice { key, field: "per-call" });
+            }
+            table.builtin_tools[provider.index()].insert(tool.into(), price);
+        }
         for (key, price) in document.models {
             let (provider, model) = parse_key(&key).ok_or_else(|| PricingError::BadKey(key.clone()))?;
             if let Some((field, _)) = price.named_prices().into_iter().find(|(_, p)| p.is_some_and(|p| p < 0))
@@ -125,6 +139,9 @@ impl PricingTable {
     /// merged field by field, so an override never inherits a stale price.
     pub fn merge(&mut self, other: PricingTable) {
         for (mine, theirs) in self.models.iter_mut().zip(other.models) {
+            mine.extend(theirs);
+        }
+        for (mine, theirs) in self.builtin_tools.iter_mut().zip(other.builtin_tools) {
             mine.extend(theirs);
         }
         self.recompute_fallbacks();
@@ -183,6 +200,13 @@ impl PricingTable {
             .into_iter()
             .filter_map(|suffix| base.strip_suffix(suffix).filter(|rest| !rest.is_empty()))
             .find_map(get)
+    }
+
+    /// The per-call price (µ$) of a tool the provider runs itself, by the Responses
+    /// output item type (`web_search_call`); `None` when the table has none, which the
+    /// proxy tags as unpriced rather than treating as free.
+    pub fn builtin_tool_price(&self, provider: Provider, tool: &str) -> Option<i64> {
+        self.builtin_tools[provider.index()].get(tool).copied()
     }
 
     /// Conservative prices for a model the table does not know, so that an unknown model
@@ -583,5 +607,23 @@ pub(super) mod tests {
         assert_eq!(table.lookup("openai", "gpt-4o-2099-01-01").unwrap().1.input, 1);
         assert_eq!(table.lookup("openai", "gpt-4o-2024-08-06").unwrap().1.input, 2_500_000);
         assert_eq!(table.fallback_price("openai").input, 99_000_000, "fallback recomputed");
+    }
+
+    #[test]
+    fn builtin_tool_prices_merge_and_are_checked() {
+        let mut table = builtin();
+        let overrides = PricingTable::from_json_str(
+            r#"{"models": {}, "builtin_tools": {"openai/image_generation_call": 40000, "openai/web_search_call": 25000}}"#,
+        )
+        .unwrap();
+        table.merge(overrides);
+        assert_eq!(table.builtin_tool_price(Provider::OpenAi, "image_generation_call"), Some(40_000));
+        assert_eq!(table.builtin_tool_price(Provider::OpenAi, "web_search_call"), Some(25_000));
+        assert_eq!(table.builtin_tool_price(Provider::OpenAi, "file_search_call"), Some(2_500), "kept");
+        let negative =
+            PricingTable::from_json_str(r#"{"models": {}, "builtin_tools": {"openai/x_call": -1}}"#);
+        assert!(matches!(negative, Err(PricingError::NegativePrice { .. })));
+        let bad = PricingTable::from_json_str(r#"{"models": {}, "builtin_tools": {"nobody/x_call": 1}}"#);
+        assert!(matches!(bad, Err(PricingError::BadKey(_))));
     }
 }

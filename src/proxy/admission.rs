@@ -117,7 +117,7 @@ pub async fn admit(
 
     let body_started = Instant::now();
     let body = read_body(req, payload).await?;
-    let summary = summarize(provider, &body)?;
+    let summary = summarize(route, &body)?;
     common.timing.body = Some(body_started.elapsed());
 
     let headers = headers::parse(req.headers())?;
@@ -186,7 +186,8 @@ async fn room(state: &AppState) -> Result<OwnedSemaphorePermit, ApiError> {
     }
 }
 
-async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<Bytes, ApiError> {
+/// The request body, at most [`MAX_BODY`] bytes, JSON when it says what it is.
+pub(super) async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<Bytes, ApiError> {
     if let Some(ct) = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
         if !ct.trim_start().to_ascii_lowercase().starts_with("application/json") {
             return Err(ApiError::new(
@@ -215,8 +216,8 @@ async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<Bytes
     Ok(buf.freeze())
 }
 
-fn summarize(provider: Provider, body: &[u8]) -> Result<RequestSummary, ApiError> {
-    usage::request_summary(provider, body).ok_or_else(|| {
+fn summarize(route: Route, body: &[u8]) -> Result<RequestSummary, ApiError> {
+    usage::request_summary_in(route.format(), body).ok_or_else(|| {
         match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
             Err(_) => ApiError::new(ErrorCode::InvalidJson, "Request body is not valid JSON"),
             Ok(_) => {
@@ -249,7 +250,7 @@ fn upstream_base(state: &AppState, route: Route, requested: Option<&str>) -> Res
     if requested.is_some() && route.provider() != Provider::OpenAi {
         return Err(ApiError::new(
             ErrorCode::InvalidUpstream,
-            "X-Service-Upstream applies to the OpenAI-compatible route (/v1/chat/completions) only",
+            "X-Service-Upstream applies to the OpenAI-compatible routes (/v1/chat/completions, /v1/responses, /v1/embeddings) only",
         ));
     }
     upstream::base_url(&state.config, route, requested)

@@ -1,6 +1,6 @@
 //! Forward, the stage that calls the provider: the request body as the client sent it
-//! (one exception: `stream_options.include_usage` added to an OpenAI stream that did
-//! not ask for usage), the route's forwarded headers, the upstream timeout, and one
+//! (one exception: `stream_options.include_usage` added to an OpenAI chat-completions
+//! stream that did not ask for usage), the route's forwarded headers, the upstream timeout, and one
 //! retry when a pooled keep-alive connection turned out closed before any answer.
 
 use std::time::Instant;
@@ -9,10 +9,9 @@ use actix_web::http::header;
 use actix_web::HttpRequest;
 
 use super::admission::Admitted;
-use super::upstream;
+use super::upstream::{self, Route};
 use super::usage;
 use crate::error::{ApiError, ErrorCode};
-use crate::pricing::Provider;
 use crate::state::AppState;
 
 /// The provider's answer body.
@@ -41,7 +40,8 @@ pub async fn send(
     a: &Admitted,
 ) -> Result<Forwarded<impl UpstreamBody>, ApiError> {
     let provider = a.provider;
-    let wants_usage = provider == Provider::OpenAi && a.summary.stream && !a.summary.include_usage;
+    // Chat completions only: the Responses API reports usage in its terminal event.
+    let wants_usage = a.route == Route::ChatCompletions && a.summary.stream && !a.summary.include_usage;
     let spliced =
         if wants_usage { usage::openai_add_include_usage(&a.body).map(bytes::Bytes::from) } else { None };
     let strip_usage = spliced.is_some();

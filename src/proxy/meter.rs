@@ -17,8 +17,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 
-use super::usage::{self, StreamUsage, ToolCall};
-use crate::pricing::{Provider, Usage};
+use super::usage::{self, BuiltinCall, ProviderUsage, StreamUsage, ToolCall, WireFormat};
+use crate::pricing::Usage;
 
 /// Bytes of a non-streaming body kept for reading usage (larger bodies are passed
 /// through and charged the estimate).
@@ -54,11 +54,13 @@ pub struct Seen {
     pub usage: Option<Usage>,
     pub response_id: Option<String>,
     pub tool_calls: Vec<ToolCall>,
+    /// Tools the provider ran itself (Responses built-in tools).
+    pub builtin_calls: Vec<BuiltinCall>,
     /// Kept response bytes and whether more were sent (body records).
     pub body: Option<(Vec<u8>, bool)>,
     /// A JSON answer not read yet: the body's end hands it over as it is, so that
     /// parsing it is not on the way of the answer's last bytes (see [`Seen::read`]).
-    json: Option<(Provider, Vec<u8>)>,
+    json: Option<(WireFormat, Vec<u8>)>,
 }
 
 impl Seen {
@@ -69,6 +71,7 @@ impl Seen {
             usage: None,
             response_id: None,
             tool_calls: Vec::new(),
+            builtin_calls: Vec::new(),
             body: None,
             json: None,
         }
@@ -78,8 +81,10 @@ impl Seen {
     /// read as it passed. Call once before looking at those fields.
     #[must_use]
     pub fn read(mut self) -> Seen {
-        if let Some((provider, body)) = self.json.take() {
-            (self.usage, self.response_id, self.tool_calls) = json_details(provider, &body);
+        if let Some((format, body)) = self.json.take() {
+            let details = json_details(format, &body);
+            (self.usage, self.response_id, self.tool_calls) = (details.usage, details.id, details.tool_calls);
+            self.builtin_calls = details.builtin_calls;
         }
         self
     }
@@ -89,7 +94,7 @@ pub type Finish = Box<dyn FnOnce(Seen) + 'static>;
 
 enum Mode {
     /// A JSON body, kept (up to a cap) for usage at the end.
-    Json { provider: Provider, buf: Vec<u8>, overflow: bool },
+    Json { format: WireFormat, buf: Vec<u8>, overflow: bool },
     /// An event stream, parsed as it passes.
     Sse { parser: usage::SseParser, usage: StreamUsage },
     /// An event stream whose usage-only chunk is dropped (see the module docs).
@@ -115,7 +120,7 @@ impl<S> Metered<S> {
     /// usage-only chunk the proxy asked for. `record`: keep up to 1 MB for body records.
     pub fn new(
         upstream: S,
-        provider: Provider,
+        format: WireFormat,
         sse: bool,
         strip_usage: bool,
         record: bool,
@@ -123,11 +128,13 @@ impl<S> Metered<S> {
         finish: Finish,
     ) -> Self {
         let mode = match (sse, strip_usage) {
-            (false, _) => Mode::Json { provider, buf: Vec::new(), overflow: false },
-            (true, false) => Mode::Sse { parser: usage::SseParser::new(), usage: StreamUsage::new(provider) },
+            (false, _) => Mode::Json { format, buf: Vec::new(), overflow: false },
+            (true, false) => {
+                Mode::Sse { parser: usage::SseParser::new(), usage: StreamUsage::of_format(format) }
+            }
             (true, true) => Mode::SseStripUsage {
                 parser: usage::SseParser::new(),
-                usage: StreamUsage::new(provider),
+                usage: StreamUsage::of_format(format),
                 frame: BytesMut::new(),
             },
         };
@@ -215,12 +222,13 @@ impl<S> Metered<S> {
         self.done = true;
         let mode = std::mem::replace(
             &mut self.mode,
-            Mode::Json { provider: Provider::OpenAi, buf: Vec::new(), overflow: true },
+            Mode::Json { format: WireFormat::OpenAiChat, buf: Vec::new(), overflow: true },
         );
-        let (usage, response_id, tool_calls, json) = match mode {
+        let (usage, response_id, tool_calls, builtin_calls, json) = match mode {
             // Read later, by `Seen::read`, off the response path.
-            Mode::Json { provider, buf, overflow } => {
-                (None, None, Vec::new(), (!overflow && !buf.is_empty()).then_some((provider, buf)))
+            Mode::Json { format, buf, overflow } => {
+                let json = (!overflow && !buf.is_empty()).then_some((format, buf));
+                (None, None, Vec::new(), Vec::new(), json)
             }
             Mode::Sse { usage, .. } | Mode::SseStripUsage { usage, .. } => {
                 if end == End::Completed && !usage.complete() {
@@ -228,10 +236,12 @@ impl<S> Metered<S> {
                 }
                 let id = usage.response_id().map(str::to_owned);
                 let calls = usage.tool_calls().to_vec();
-                (usage.finish(), id, calls, None)
+                let builtin = usage.builtin_calls().to_vec();
+                (usage.finish(), id, calls, builtin, None)
             }
         };
-        finish(Seen { end, usage, response_id, tool_calls, body: self.record.take(), json });
+        let body = self.record.take();
+        finish(Seen { end, usage, response_id, tool_calls, builtin_calls, body, json });
     }
 }
 
@@ -255,20 +265,53 @@ fn event_end(buf: &[u8]) -> Option<usize> {
     None
 }
 
-/// Usage, response id and requested tool calls of a complete JSON response.
-fn json_details(provider: Provider, body: &[u8]) -> (Option<Usage>, Option<String>, Vec<ToolCall>) {
-    let usage = match provider {
-        Provider::OpenAi => usage::openai_usage(body),
-        Provider::Anthropic => usage::anthropic_usage(body),
-        Provider::Google => usage::gemini_usage(body),
+/// What a complete JSON response reported.
+#[derive(Debug, Default)]
+struct Details {
+    usage: Option<Usage>,
+    id: Option<String>,
+    tool_calls: Vec<ToolCall>,
+    builtin_calls: Vec<BuiltinCall>,
+}
+
+/// Usage, response id, requested tool calls and built-in tool calls of a complete JSON
+/// response, read as its route's wire format.
+fn json_details(format: WireFormat, body: &[u8]) -> Details {
+    match format {
+        WireFormat::OpenAiResponses => {
+            let mut reader = usage::ResponsesUsage::new();
+            reader.on_event(body);
+            Details {
+                usage: reader.usage(),
+                id: reader.response_id().map(str::to_owned),
+                tool_calls: reader.tool_calls().to_vec(),
+                builtin_calls: reader.builtin_calls().to_vec(),
+            }
+        }
+        WireFormat::OpenAiEmbeddings => {
+            Details { usage: usage::embeddings_usage(body), ..Details::default() }
+        }
+        format => {
+            let (usage, id, tool_calls) = chat_details(format, body);
+            Details { usage, id, tool_calls, builtin_calls: Vec::new() }
+        }
+    }
+}
+
+/// [`json_details`] of the chat formats (OpenAI chat, Anthropic, Gemini).
+fn chat_details(format: WireFormat, body: &[u8]) -> (Option<Usage>, Option<String>, Vec<ToolCall>) {
+    let usage = match format {
+        WireFormat::Anthropic => usage::anthropic_usage(body),
+        WireFormat::Gemini => usage::gemini_usage(body),
+        _ => usage::openai_usage(body),
     };
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
         return (usage, None, Vec::new());
     };
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
     let mut calls = Vec::new();
-    let id = match provider {
-        Provider::OpenAi => {
+    let id = match format {
+        WireFormat::OpenAiChat | WireFormat::OpenAiResponses | WireFormat::OpenAiEmbeddings => {
             for choice in value["choices"].as_array().into_iter().flatten() {
                 for call in choice["message"]["tool_calls"].as_array().into_iter().flatten() {
                     calls.push(ToolCall { id: text(&call["id"]), name: text(&call["function"]["name"]) });
@@ -276,7 +319,7 @@ fn json_details(provider: Provider, body: &[u8]) -> (Option<Usage>, Option<Strin
             }
             value["id"].as_str()
         }
-        Provider::Anthropic => {
+        WireFormat::Anthropic => {
             for block in value["content"].as_array().into_iter().flatten() {
                 if block["type"] == "tool_use" {
                     calls.push(ToolCall { id: text(&block["id"]), name: text(&block["name"]) });
@@ -284,7 +327,7 @@ fn json_details(provider: Provider, body: &[u8]) -> (Option<Usage>, Option<Strin
             }
             value["id"].as_str()
         }
-        Provider::Google => {
+        WireFormat::Gemini => {
             for candidate in value["candidates"].as_array().into_iter().flatten() {
                 for part in candidate["content"]["parts"].as_array().into_iter().flatten() {
                     if let Some(name) = part["functionCall"]["name"].as_str() {
@@ -386,7 +429,7 @@ mod tests {
         let out: Vec<Bytes> = rt.block_on(async move {
             let metered = Metered::new(
                 upstream,
-                Provider::OpenAi,
+                WireFormat::OpenAiChat,
                 sse,
                 strip,
                 true,
@@ -447,7 +490,7 @@ mod tests {
     #[test]
     fn json_tool_calls_and_ids() {
         let body = br#"{"id":"msg_1","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}],"usage":{"input_tokens":5,"output_tokens":2}}"#;
-        let (usage, id, calls) = json_details(Provider::Anthropic, body);
+        let (usage, id, calls) = chat_details(WireFormat::Anthropic, body);
         assert_eq!(usage.unwrap().output_tokens, 2);
         assert_eq!(id.as_deref(), Some("msg_1"));
         assert_eq!(calls, vec![ToolCall { id: "toolu_1".into(), name: "get_weather".into() }]);
@@ -462,7 +505,7 @@ mod tests {
         rt.block_on(async {
             let metered = Metered::new(
                 upstream,
-                Provider::Anthropic,
+                WireFormat::Anthropic,
                 true,
                 false,
                 false,

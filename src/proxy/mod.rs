@@ -2,6 +2,7 @@
 //! Every response carries `X-Service-Trace-Id`.
 
 pub mod admission;
+pub mod builtin_tools;
 pub mod credential;
 pub mod customers;
 mod customers_doc;
@@ -14,6 +15,7 @@ pub mod internal;
 pub mod mcp;
 pub mod meter;
 pub mod openapi;
+pub mod passthrough;
 pub mod peer;
 pub mod plan;
 pub mod policy;
@@ -88,6 +90,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(health::configure)
             .configure(internal::configure)
             .route("/v1/chat/completions", web::post().to(route::chat_completions))
+            .route("/v1/responses", web::post().to(route::responses))
+            .route("/v1/responses/input_tokens", web::post().to(passthrough::responses))
+            .route("/v1/responses/{id}", web::get().to(passthrough::responses))
+            .route("/v1/responses/{id}", web::delete().to(passthrough::responses))
+            .route("/v1/responses/{id}/cancel", web::post().to(passthrough::responses))
+            .route("/v1/responses/{id}/input_items", web::get().to(passthrough::responses))
+            .route("/v1/embeddings", web::post().to(route::embeddings))
             .route("/v1/messages", web::post().to(route::messages))
             .route("/v1beta/models/{tail}", web::post().to(route::gemini))
             .route("/v1/policy", web::get().to(policy::get_policy))

@@ -180,6 +180,72 @@ fn gemini_generate() {}
     ))]
 fn gemini_stream() {}
 
+/// Responses (OpenAI Responses API), streaming (`stream: true`, typed SSE events) or
+/// not. Charged from the answer's `usage` (a stream's `response.completed`,
+/// `response.incomplete`, or `response.failed` with usage); built-in tool calls are
+/// charged per call on top; `background: true` is charged its estimate.
+#[utoipa::path(post, path = "/v1/responses", tag = "proxy", security(("serviceKey" = [])),
+    params(ProxyHeaders),
+    request_body(content = ProviderBody, description = "The provider's request, passed through"),
+    responses(
+        (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (as on /v1/chat/completions), \
+            or the provider's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json"))),
+    ))]
+fn create_response() {}
+
+/// Embeddings (OpenAI format), charged from `usage.prompt_tokens`.
+#[utoipa::path(post, path = "/v1/embeddings", tag = "proxy", security(("serviceKey" = [])),
+    params(ProxyHeaders),
+    request_body(content = ProviderBody, description = "The provider's request, passed through"),
+    responses(
+        (status = 200, description = "The provider's answer", body = ProviderBody),
+        (status = "4XX", description = "Our errors in the envelope, or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or the provider's \
+            own server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn create_embeddings() {}
+
+/// Retrieves a stored response; passed through with the key's authentication, not charged.
+#[utoipa::path(get, path = "/v1/responses/{response_id}", tag = "proxy", security(("serviceKey" = [])),
+    params(("response_id" = String, Path, description = "The provider's response id")),
+    responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
+        (status = 401, description = "unauthorized")))]
+fn retrieve_response() {}
+
+/// Deletes a stored response; passed through, not charged.
+#[utoipa::path(delete, path = "/v1/responses/{response_id}", tag = "proxy", security(("serviceKey" = [])),
+    params(("response_id" = String, Path, description = "The provider's response id")),
+    responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
+        (status = 401, description = "unauthorized")))]
+fn delete_response() {}
+
+/// Cancels a background response; passed through, not charged.
+#[utoipa::path(post, path = "/v1/responses/{response_id}/cancel", tag = "proxy", security(("serviceKey" = [])),
+    params(("response_id" = String, Path, description = "The provider's response id")),
+    responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
+        (status = 401, description = "unauthorized")))]
+fn cancel_response() {}
+
+/// Lists a response's input items; passed through, not charged.
+#[utoipa::path(get, path = "/v1/responses/{response_id}/input_items", tag = "proxy", security(("serviceKey" = [])),
+    params(("response_id" = String, Path, description = "The provider's response id")),
+    responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
+        (status = 401, description = "unauthorized")))]
+fn list_response_input_items() {}
+
+/// Counts a prospective request's input tokens; passed through, not charged.
+#[utoipa::path(post, path = "/v1/responses/input_tokens", tag = "proxy", security(("serviceKey" = [])),
+    request_body(content = ProviderBody, description = "The provider's request, passed through"),
+    responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
+        (status = 401, description = "unauthorized")))]
+fn count_response_input_tokens() {}
+
 /// Pre-call budget check of a tool call; reserves nothing.
 #[utoipa::path(post, path = "/v1/mcp/budget/check", tag = "proxy", security(("serviceKey" = [])),
     request_body = McpCheckInput,
@@ -198,6 +264,13 @@ fn mcp_events() {}
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
     chat_completions,
+    create_response,
+    create_embeddings,
+    retrieve_response,
+    delete_response,
+    cancel_response,
+    list_response_input_items,
+    count_response_input_tokens,
     messages,
     gemini_generate,
     gemini_stream,

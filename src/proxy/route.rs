@@ -86,6 +86,16 @@ pub async fn chat_completions(
     handle(req, body, state, Route::ChatCompletions, None).await
 }
 
+/// `POST /v1/responses` (OpenAI Responses API), streaming or not.
+pub async fn responses(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    handle(req, body, state, Route::Responses, None).await
+}
+
+/// `POST /v1/embeddings`.
+pub async fn embeddings(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    handle(req, body, state, Route::Embeddings, None).await
+}
+
 pub async fn messages(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
     handle(req, body, state, Route::Messages, None).await
 }
@@ -186,7 +196,7 @@ async fn proxy(
     let sse = is_event_stream(&response);
     let length = passed_length(&response, sse);
     let record_bodies = admitted.key.plan.is_paid();
-    let provider = admitted.provider;
+    let format = admitted.route.format();
     let settlement = Settlement {
         state: state.clone(),
         reservation,
@@ -199,7 +209,7 @@ async fn proxy(
     let finish = Box::new(move |seen: Seen| settlement.spawn(seen));
     let metered = Metered::new(
         response,
-        provider,
+        format,
         sse,
         strip_usage,
         record_bodies,
@@ -249,11 +259,12 @@ fn client_gone(
     ApiError::new(ErrorCode::UpstreamError, "The client went away before the provider answered")
 }
 
-/// The call's estimate: the prompt's size and output maximum at the model's price, or
-/// at the conservative unknown-model price.
+/// The call's estimate: the prompt's size (the whole body, or the billed part of it)
+/// and output maximum at the model's price, or at the conservative unknown-model price.
 fn estimate(state: &AppState, a: &Admitted) -> i64 {
     let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.provider.as_str()));
-    pricing::estimate(&price, a.body.len(), a.summary.max_output_tokens)
+    let prompt_bytes = a.summary.input_bytes.unwrap_or(a.body.len());
+    pricing::estimate(&price, prompt_bytes, a.summary.max_output_tokens)
 }
 
 async fn reserve(state: &AppState, a: &Admitted, estimate: i64) -> Result<Reservation, ApiError> {

@@ -10,7 +10,15 @@
 //! - completed without usage: the estimate (`_svc_no_usage`);
 //! - cancelled by the client: at least the estimate (`_svc_cancelled`);
 //! - failed, timed out, or ended without the provider's end marker (an error event, a
-//!   transport close): at least the estimate (`_svc_stream_error`).
+//!   transport close): at least the estimate (`_svc_stream_error`);
+//! - a Responses `background: true` call, answered before the work is done and without
+//!   usage: the estimate (`_svc_background`).
+//!
+//! Tools the provider ran itself (Responses built-in tools) are counted on the event
+//! (`_svc_builtin_tool_calls`, `web_search_call:2,...`) and charged on top at their
+//! per-call price from the price table (the code interpreter per container); one
+//! without a price makes the event `_svc_estimated` + `_svc_unpriced_builtin_tool`,
+//! never silently free.
 //!
 //! Every admitted call that reached the provider is charged: a client's reused request
 //! id correlates, it never deduplicates a call away.
@@ -20,6 +28,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::admission::Admitted;
+use super::builtin_tools::{self, BuiltinCharge};
 use super::meter::{End, Seen, MAX_BODY_RECORD};
 use super::reservation::Reservation;
 use crate::accounting::event::{self, Dedup, EventSpec};
@@ -61,6 +70,8 @@ struct Charge {
     usage: Option<Usage>,
     breakdown: Option<pricing::CostBreakdown>,
     estimated: Vec<&'static str>,
+    /// The provider-run tools' part of `cost`.
+    tools: BuiltinCharge,
 }
 
 impl Settlement {
@@ -118,6 +129,9 @@ impl Settlement {
             tags.insert("_svc_estimated".to_owned(), "true".to_owned());
             tags.insert(format!("_svc_{reason}"), "true".to_owned());
         }
+        if let Some(counts) = charge.tools.tag() {
+            tags.insert("_svc_builtin_tool_calls".to_owned(), counts);
+        }
         if a.provider == Provider::Google {
             if let Some(id) = &seen.response_id {
                 tags.insert("_svc_google_response_id".to_owned(), id.clone());
@@ -154,9 +168,13 @@ impl Settlement {
         row.upstream_duration_ms = Some(self.upstream_ms);
         row.session_id.clone_from(&a.headers.session);
         row.trace_id = Some(a.trace_id.clone());
+        let tools_cost = charge.tools.cost;
         row.cost_breakdown = charge.breakdown.map(|b| {
-            json!({ "input": b.input + b.cache_write, "output": b.output, "cached": b.cached, "reasoning": b.reasoning })
-                .to_string()
+            let mut parts = json!({ "input": b.input + b.cache_write, "output": b.output, "cached": b.cached, "reasoning": b.reasoning });
+            if tools_cost > 0 {
+                parts["tools"] = json!(tools_cost);
+            }
+            parts.to_string()
         });
         row.action_id =
             a.headers.action_id.as_deref().and_then(|id| id.strip_prefix("svc_act_")).map(str::to_owned);
@@ -185,10 +203,20 @@ fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge 
         let b = pricing::cost(&price, &u);
         (b.total, b)
     };
+    let tools = builtin_tools::charge(&state.pricing, a.provider, &seen.builtin_calls);
     let mut charge = match (seen.end, seen.usage) {
+        // Answered before the work: whatever the body says, the estimate.
+        (End::Completed, _) if a.summary.background => Charge {
+            cost: estimate,
+            usage: None,
+            breakdown: None,
+            estimated: vec!["background"],
+            tools: BuiltinCharge::default(),
+        },
         (End::Completed, Some(usage)) => {
             let (cost, breakdown) = priced(usage);
-            Charge { cost, usage: Some(usage), breakdown: Some(breakdown), estimated: Vec::new() }
+            let cost = cost.saturating_add(tools.cost);
+            Charge { cost, usage: Some(usage), breakdown: Some(breakdown), estimated: Vec::new(), tools }
         }
         (end, usage) => {
             let reason = match end {
@@ -196,10 +224,13 @@ fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge 
                 End::Cancelled => "cancelled",
                 End::UpstreamFailed | End::TimedOut | End::Incomplete => "stream_error",
             };
-            let partial = usage.map_or(0, |u| priced(u).0);
-            Charge { cost: partial.max(estimate), usage, breakdown: None, estimated: vec![reason] }
+            let partial = usage.map_or(0, |u| priced(u).0).saturating_add(tools.cost);
+            Charge { cost: partial.max(estimate), usage, breakdown: None, estimated: vec![reason], tools }
         }
     };
+    if charge.tools.unpriced {
+        charge.estimated.push("unpriced_builtin_tool");
+    }
     if unknown {
         charge.estimated.push("unknown_model");
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::credential::{is_spendgate_key, Credential};
+use super::usage::WireFormat;
 use crate::config::Config;
 use crate::pricing::Provider;
 
@@ -15,6 +16,10 @@ use crate::pricing::Provider;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     ChatCompletions,
+    /// `POST /v1/responses`, the OpenAI Responses API.
+    Responses,
+    /// `POST /v1/embeddings`.
+    Embeddings,
     Messages,
     GenerateContent,
     StreamGenerateContent,
@@ -23,9 +28,18 @@ pub enum Route {
 impl Route {
     pub const fn provider(self) -> Provider {
         match self {
-            Route::ChatCompletions => Provider::OpenAi,
+            Route::ChatCompletions | Route::Responses | Route::Embeddings => Provider::OpenAi,
             Route::Messages => Provider::Anthropic,
             Route::GenerateContent | Route::StreamGenerateContent => Provider::Google,
+        }
+    }
+
+    /// How the route's requests and answers are read.
+    pub const fn format(self) -> WireFormat {
+        match self {
+            Route::Responses => WireFormat::OpenAiResponses,
+            Route::Embeddings => WireFormat::OpenAiEmbeddings,
+            other => WireFormat::of(other.provider()),
         }
     }
 }
@@ -80,6 +94,8 @@ pub fn base_url<'a>(
 pub fn url(base: &str, route: Route, model: &str, query: &str) -> String {
     match route {
         Route::ChatCompletions => join_query(format!("{base}/v1/chat/completions"), query),
+        Route::Responses => join_query(format!("{base}/v1/responses"), query),
+        Route::Embeddings => join_query(format!("{base}/v1/embeddings"), query),
         Route::Messages => join_query(format!("{base}/v1/messages"), query),
         Route::GenerateContent => join_query(format!("{base}/v1beta/models/{model}:generateContent"), query),
         Route::StreamGenerateContent => {

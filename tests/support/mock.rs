@@ -9,6 +9,11 @@
 //!   The streaming method answers SSE (CRLF-separated events) only when the query has
 //!   `alt=sse`; without it, it answers one JSON array of all chunks, as real Gemini does.
 //!
+//! - `POST /v1/responses`: the OpenAI Responses API (JSON, typed SSE events with
+//!   `"stream": true`, a queued answer without usage with `"background": true`), and
+//!   the bookkeeping endpoints under `/v1/responses/` (see [`responses`]);
+//! - `POST /v1/embeddings`: OpenAI embeddings (usage `prompt_tokens` = `usage.input`).
+//!
 //! Anything else is a JSON 404. Every request (404s included) is recorded, in arrival
 //! order, once its head and body have arrived: see [`MockUpstream::requests`].
 //!
@@ -32,6 +37,8 @@
 //! | `error_after` | none | Anthropic streams: after N events, send an `error` event (`overloaded_error`) and end |
 //! | `tool_calls` | `false` | answer with a `get_weather` tool call |
 //! | `echo_headers` | `false` | non-streaming only: add a top-level `"received_headers"` object to the answer |
+//! | `builtin_tools` | `[]` | Responses: built-in tool items (`"web_search_call"`, ...) before the answer |
+//! | `terminal` | `"completed"` | Responses streams: end with `response.completed`, `"incomplete"` or `"failed"` (usage included unless `no_usage`) |
 //!
 //! `usage` is `{"input": P, "output": C, "cached": K, "reasoning": R, "cache_write_5m": W5,
 //! "cache_write_1h": W1}` with defaults 10, 20, 0, 0, 0, 0. They map to OpenAI
@@ -77,6 +84,8 @@ use actix_web::web::{self, Bytes};
 use actix_web::{App, HttpRequest, HttpResponse, HttpResponseBuilder, HttpServer};
 use futures_util::stream::{LocalBoxStream, Stream, StreamExt};
 use serde_json::{json, Map, Value};
+
+mod responses;
 
 /// Request bodies up to this size are accepted (the proxy's own caps are under test).
 const BODY_LIMIT: usize = 64 * 1024 * 1024;
@@ -227,6 +236,8 @@ struct Control {
     error_after: Option<usize>,
     tool_calls: bool,
     echo_headers: bool,
+    builtin_tools: Vec<String>,
+    terminal: Option<String>,
 }
 
 impl Control {
@@ -259,6 +270,11 @@ impl Control {
             error_after: count(&m["error_after"]),
             tool_calls: m["tool_calls"].as_bool().unwrap_or(false),
             echo_headers: m["echo_headers"].as_bool().unwrap_or(false),
+            builtin_tools: m["builtin_tools"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                .unwrap_or_default(),
+            terminal: m["terminal"].as_str().map(str::to_owned),
         }
     }
 }
@@ -266,6 +282,8 @@ impl Control {
 /// What a request asked for, per route.
 enum Route {
     OpenAi,
+    Responses,
+    Embeddings,
     Anthropic,
     /// Gemini: the model from the path, and whether the method streams.
     Gemini {
@@ -280,6 +298,8 @@ fn route(req: &HttpRequest) -> Option<Route> {
     }
     match req.path() {
         "/v1/chat/completions" => Some(Route::OpenAi),
+        "/v1/responses" => Some(Route::Responses),
+        "/v1/embeddings" => Some(Route::Embeddings),
         "/v1/messages" => Some(Route::Anthropic),
         path => {
             // A client may percent-encode the method separator.
@@ -301,6 +321,9 @@ async fn handle(req: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> Htt
     let headers = recorded.headers.clone();
     shared.requests.lock().unwrap_or_else(PoisonError::into_inner).push(recorded);
 
+    if responses::is_bookkeeping(&req) {
+        return responses::bookkeeping(&req);
+    }
     let Some(route) = route(&req) else {
         let message = format!("mock upstream: no route for {} {}", req.method(), req.path());
         return HttpResponse::NotFound()
@@ -330,6 +353,8 @@ async fn handle(req: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> Htt
                 resp.json(with_echo(openai_message(&ctl, &model), &ctl, &headers))
             }
         },
+        Route::Responses => responses::create(&request, &ctl, &model, shared),
+        Route::Embeddings => responses::embeddings(&request, &ctl, &model),
         Route::Anthropic => match ctl.status {
             Some(status) => anthropic_error(status),
             None if streaming => {

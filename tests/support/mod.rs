@@ -7,6 +7,7 @@
 pub mod browser;
 pub mod mock;
 pub mod processor;
+pub mod python;
 pub mod receiver;
 
 use std::io::{BufRead, BufReader};

@@ -11,6 +11,7 @@ mod anthropic;
 mod gemini;
 mod openai;
 mod request;
+mod responses;
 mod sse;
 #[cfg(test)]
 mod tests;
@@ -26,11 +27,37 @@ pub use gemini::{gemini_usage, GeminiStreamUsage};
 pub use openai::{is_openai_usage_only_chunk, openai_usage, OpenAiStreamUsage};
 pub use request::{
     openai_add_include_usage, openai_stream_needs_usage, request_max_tokens, request_model, request_summary,
-    RequestSummary,
+    request_summary_in, RequestSummary,
 };
+pub use responses::{embeddings_usage, BuiltinCall, ResponsesUsage};
 pub use sse::{SseEvent, SseParser, MAX_SSE_EVENT_BYTES};
 
 use crate::pricing::{Provider, Usage};
+
+/// The shape of a route's requests and answers, which decides how they are read: one
+/// provider may speak several (OpenAI's chat completions, Responses and embeddings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireFormat {
+    /// OpenAI chat completions, which every OpenAI-compatible provider speaks.
+    OpenAiChat,
+    /// The OpenAI Responses API.
+    OpenAiResponses,
+    /// OpenAI embeddings (never streamed).
+    OpenAiEmbeddings,
+    Anthropic,
+    Gemini,
+}
+
+impl WireFormat {
+    /// The main format of a provider.
+    pub const fn of(provider: Provider) -> Self {
+        match provider {
+            Provider::OpenAi => WireFormat::OpenAiChat,
+            Provider::Anthropic => WireFormat::Anthropic,
+            Provider::Google => WireFormat::Gemini,
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------------------
 // Shared pieces
@@ -110,22 +137,40 @@ pub trait ProviderUsage {
 #[derive(Debug)]
 pub enum StreamUsage {
     OpenAi(OpenAiStreamUsage),
+    Responses(ResponsesUsage),
     Anthropic(AnthropicStreamUsage),
     Google(GeminiStreamUsage),
 }
 
 impl StreamUsage {
     pub fn new(provider: Provider) -> Self {
-        match provider {
-            Provider::OpenAi => StreamUsage::OpenAi(OpenAiStreamUsage::new()),
-            Provider::Anthropic => StreamUsage::Anthropic(AnthropicStreamUsage::new()),
-            Provider::Google => StreamUsage::Google(GeminiStreamUsage::new()),
+        Self::of_format(WireFormat::of(provider))
+    }
+
+    /// The reader of one wire format (embeddings, never streamed, read as chat).
+    pub fn of_format(format: WireFormat) -> Self {
+        match format {
+            WireFormat::OpenAiChat | WireFormat::OpenAiEmbeddings => {
+                StreamUsage::OpenAi(OpenAiStreamUsage::new())
+            }
+            WireFormat::OpenAiResponses => StreamUsage::Responses(ResponsesUsage::new()),
+            WireFormat::Anthropic => StreamUsage::Anthropic(AnthropicStreamUsage::new()),
+            WireFormat::Gemini => StreamUsage::Google(GeminiStreamUsage::new()),
+        }
+    }
+
+    /// Built-in tools the provider ran (Responses only).
+    pub fn builtin_calls(&self) -> &[BuiltinCall] {
+        match self {
+            StreamUsage::Responses(r) => r.builtin_calls(),
+            _ => &[],
         }
     }
 
     fn reader(&self) -> &dyn ProviderUsage {
         match self {
             StreamUsage::OpenAi(s) => s,
+            StreamUsage::Responses(s) => s,
             StreamUsage::Anthropic(s) => s,
             StreamUsage::Google(s) => s,
         }
@@ -134,6 +179,7 @@ impl StreamUsage {
     fn reader_mut(&mut self) -> &mut dyn ProviderUsage {
         match self {
             StreamUsage::OpenAi(s) => s,
+            StreamUsage::Responses(s) => s,
             StreamUsage::Anthropic(s) => s,
             StreamUsage::Google(s) => s,
         }

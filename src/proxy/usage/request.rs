@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::Text;
+use super::{Text, WireFormat};
 use crate::pricing::Provider;
 
 // ---------------------------------------------------------------------------------------
@@ -22,6 +22,11 @@ pub struct RequestSummary {
     pub stream: bool,
     /// OpenAI `stream_options.include_usage: true`.
     pub include_usage: bool,
+    /// Responses `"background": true`: the answer comes before the work, without usage.
+    pub background: bool,
+    /// Bytes of the part of the request that is billed as input, when it is not the
+    /// whole body (embeddings: the `input` value).
+    pub input_bytes: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -37,6 +42,23 @@ struct OpenAiRequest<'a> {
 #[derive(Deserialize)]
 struct OpenAiStreamOptions {
     include_usage: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesRequest<'a> {
+    #[serde(borrow)]
+    model: Option<Text<'a>>,
+    stream: Option<bool>,
+    background: Option<bool>,
+    max_output_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingsRequest<'a> {
+    #[serde(borrow)]
+    model: Option<Text<'a>>,
+    #[serde(borrow)]
+    input: Option<&'a serde_json::value::RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -67,27 +89,53 @@ fn saturate_u32(value: u64) -> u32 {
 /// Reads model, output maximum and streaming flags from a request body in one parse.
 /// `None` when the body is not a JSON object whose known fields have the provider's types.
 pub fn request_summary(provider: Provider, body: &[u8]) -> Option<RequestSummary> {
+    request_summary_in(WireFormat::of(provider), body)
+}
+
+/// [`request_summary`] for a route's wire format. Embeddings produce no output: their
+/// output maximum is 0 and their input is the `input` value.
+pub fn request_summary_in(format: WireFormat, body: &[u8]) -> Option<RequestSummary> {
     let text = |t: Option<Text<'_>>| t.map(|t| t.0.into_owned());
-    Some(match provider {
-        Provider::OpenAi => {
+    Some(match format {
+        WireFormat::OpenAiResponses => {
+            let request: ResponsesRequest<'_> = serde_json::from_slice(body).ok()?;
+            RequestSummary {
+                model: text(request.model),
+                max_output_tokens: request.max_output_tokens.map(saturate_u32),
+                stream: request.stream == Some(true),
+                background: request.background == Some(true),
+                ..RequestSummary::default()
+            }
+        }
+        WireFormat::OpenAiEmbeddings => {
+            let request: EmbeddingsRequest<'_> = serde_json::from_slice(body).ok()?;
+            RequestSummary {
+                model: text(request.model),
+                max_output_tokens: Some(0),
+                input_bytes: Some(request.input.map_or(0, |i| i.get().len())),
+                ..RequestSummary::default()
+            }
+        }
+        WireFormat::OpenAiChat => {
             let request: OpenAiRequest<'_> = serde_json::from_slice(body).ok()?;
             RequestSummary {
                 model: text(request.model),
                 max_output_tokens: request.max_completion_tokens.or(request.max_tokens).map(saturate_u32),
                 stream: request.stream == Some(true),
                 include_usage: request.stream_options.and_then(|o| o.include_usage) == Some(true),
+                ..RequestSummary::default()
             }
         }
-        Provider::Anthropic => {
+        WireFormat::Anthropic => {
             let request: AnthropicRequest<'_> = serde_json::from_slice(body).ok()?;
             RequestSummary {
                 model: text(request.model),
                 max_output_tokens: request.max_tokens.map(saturate_u32),
                 stream: request.stream == Some(true),
-                include_usage: false,
+                ..RequestSummary::default()
             }
         }
-        Provider::Google => {
+        WireFormat::Gemini => {
             let request: GeminiRequest = serde_json::from_slice(body).ok()?;
             RequestSummary {
                 max_output_tokens: request

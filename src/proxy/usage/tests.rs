@@ -616,7 +616,7 @@ fn request_summaries() {
             model: Some("gpt-4o".into()),
             max_output_tokens: Some(300),
             stream: true,
-            include_usage: false
+            ..RequestSummary::default()
         })
     );
     assert_eq!(request_max_tokens(Provider::OpenAi, br#"{"max_tokens":100}"#), Some(100));
@@ -745,4 +745,30 @@ fn whole_bodies_fed_as_one_event_are_complete() {
     let mut anthropic = StreamUsage::new(Provider::Anthropic);
     anthropic.on_event(ANTHROPIC_BODY.as_bytes());
     assert!(anthropic.complete());
+}
+
+#[test]
+fn responses_and_embeddings_request_summaries() {
+    let responses =
+        br#"{"model":"gpt-4.1","input":"hi","stream":true,"background":true,"max_output_tokens":300}"#;
+    assert_eq!(
+        request_summary_in(WireFormat::OpenAiResponses, responses),
+        Some(RequestSummary {
+            model: Some("gpt-4.1".into()),
+            max_output_tokens: Some(300),
+            stream: true,
+            background: true,
+            ..RequestSummary::default()
+        })
+    );
+    // `max_tokens` is a chat field: the Responses route leaves the maximum to the model.
+    let plain = request_summary_in(WireFormat::OpenAiResponses, br#"{"model":"m","max_tokens":5}"#).unwrap();
+    assert_eq!((plain.max_output_tokens, plain.stream, plain.background), (None, false, false));
+    let embeddings = br#"{"model":"text-embedding-3-small","input":["abcd","efgh"]}"#;
+    let summary = request_summary_in(WireFormat::OpenAiEmbeddings, embeddings).unwrap();
+    assert_eq!(summary.model.as_deref(), Some("text-embedding-3-small"));
+    assert_eq!(summary.max_output_tokens, Some(0), "embeddings produce no output tokens");
+    assert_eq!(summary.input_bytes, Some(br#"["abcd","efgh"]"#.len()));
+    assert_eq!(request_summary_in(WireFormat::OpenAiResponses, br#"{"stream":"yes"}"#), None);
+    assert_eq!(request_summary_in(WireFormat::OpenAiEmbeddings, b"[]"), None);
 }
