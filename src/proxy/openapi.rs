@@ -41,7 +41,8 @@ pub struct ProxyHeaders {
     /// UUID or ULID, max 64 characters; invalid is replaced; echoed on the response.
     #[param(rename = "X-Service-Request-Id")]
     request_id: Option<String>,
-    /// Upstream base URL; must be on the allow-list (else 400 invalid_upstream).
+    /// Upstream base URL: on the allow-list (chat completions only), or the base URL of
+    /// an operator-defined upstream of the route's format (else 400 invalid_upstream).
     #[param(rename = "X-Service-Upstream")]
     upstream: Option<String>,
     /// W3C trace context; takes priority over X-Service-Trace-Id.
@@ -149,7 +150,7 @@ fn messages() {}
 /// Gemini `generateContent`. Registered as `/v1beta/models/{tail}`; other actions
 /// than the two documented ones answer 404.
 #[utoipa::path(post, path = "/v1beta/models/{model}:generateContent", tag = "proxy", security(("serviceKey" = [])),
-    params(("model" = String, Path, description = "Model name; dated aliases price as the base model"), ProxyHeaders),
+    params(("model" = String, Path, description = "Model name of A-Z a-z 0-9 . _ - (else 400 validation_error); dated aliases price as the base model"), ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
         (status = 200, description = "The provider's answer", body = ProviderBody),
@@ -176,6 +177,69 @@ fn gemini_generate() {}
     ))]
 fn gemini_stream() {}
 
+/// Chat completions at an operator-defined upstream of the `openai` format; every
+/// rule of `/v1/chat/completions` applies, and the cost event's provider is the
+/// upstream's name.
+#[utoipa::path(post, path = "/upstreams/{upstream}/v1/chat/completions", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(("upstream" = String, Path, description = "A configured upstream's name"), ProxyHeaders),
+    request_body(content = ProviderBody, description = "The provider's request, passed through"),
+    responses(
+        (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (not_found: no configured upstream of that \
+            name speaks this format), or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502), upstream_timeout (504), service_unavailable (503), \
+            or the provider's own server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn upstream_chat_completions() {}
+
+/// Messages at an operator-defined upstream of the `anthropic` format.
+#[utoipa::path(post, path = "/upstreams/{upstream}/v1/messages", tag = "proxy", security(("serviceKey" = [])),
+    params(("upstream" = String, Path, description = "A configured upstream's name"), ProxyHeaders),
+    request_body(content = ProviderBody, description = "The provider's request, passed through"),
+    responses(
+        (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (not_found: no configured upstream of that \
+            name speaks this format), or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502), upstream_timeout (504), service_unavailable (503), \
+            or the provider's own server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn upstream_messages() {}
+
+/// `generateContent` at an operator-defined upstream of the `gemini` format.
+#[utoipa::path(post, path = "/upstreams/{upstream}/v1beta/models/{model}:generateContent", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(("upstream" = String, Path, description = "A configured upstream's name"),
+        ("model" = String, Path, description = "Model name, of A-Z a-z 0-9 . _ -"), ProxyHeaders),
+    request_body(content = ProviderBody, description = "The provider's request, passed through"),
+    responses(
+        (status = 200, description = "The provider's answer", body = ProviderBody),
+        (status = "4XX", description = "Our errors in the envelope, or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502), upstream_timeout (504), service_unavailable (503), \
+            or the provider's own server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn upstream_gemini_generate() {}
+
+/// `streamGenerateContent` at an operator-defined upstream of the `gemini` format.
+#[utoipa::path(post, path = "/upstreams/{upstream}/v1beta/models/{model}:streamGenerateContent", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(("upstream" = String, Path, description = "A configured upstream's name"),
+        ("model" = String, Path, description = "Model name, of A-Z a-z 0-9 . _ -"), ProxyHeaders),
+    request_body(content = ProviderBody, description = "The provider's request, passed through"),
+    responses(
+        (status = 200, description = "Server-sent events", content_type = "text/event-stream", body = String),
+        (status = "4XX", description = "Our errors in the envelope, or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502), upstream_timeout (504), service_unavailable (503), \
+            or the provider's own server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn upstream_gemini_stream() {}
+
 /// Pre-call budget check of a tool call; reserves nothing.
 #[utoipa::path(post, path = "/v1/mcp/budget/check", tag = "proxy", security(("serviceKey" = [])),
     request_body = McpCheckInput,
@@ -197,6 +261,10 @@ fn mcp_events() {}
     messages,
     gemini_generate,
     gemini_stream,
+    upstream_chat_completions,
+    upstream_messages,
+    upstream_gemini_generate,
+    upstream_gemini_stream,
     mcp_budget_check,
     mcp_events,
     super::health::get_health,
