@@ -574,4 +574,32 @@ mod tests {
         std::fs::write(&path, "colour = 1\n").unwrap();
         assert!(Config::load_from(&o, &env(&[])).unwrap_err().0.contains("colour"));
     }
+
+    #[test]
+    fn upstreams_come_from_file_tables_or_the_environment_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spendgate.toml");
+        std::fs::write(
+            &path,
+            "[upstreams.vllm]\nbase_url = \"http://127.0.0.1:8000\"\nformat = \"openai\"\n\
+             [upstreams.gw]\nbase_url = \"https://gw.example\"\nformat = \"anthropic\"\n",
+        )
+        .unwrap();
+        let o = Overrides { config_file: Some(path.clone()), values: BTreeMap::new() };
+        let c = Config::load_from(&o, &env(&[])).unwrap();
+        assert_eq!(c.configured_upstream_names(), ["openai", "anthropic", "gemini", "gw", "vllm"]);
+        assert_eq!(c.upstream("gw").unwrap().format, crate::pricing::Provider::Anthropic);
+        let c = Config::load_from(
+            &o,
+            &env(&[("SPENDGATE_UPSTREAMS", "name=or,format=openai,base_url=https://openrouter.ai/api")]),
+        )
+        .unwrap();
+        assert_eq!(c.configured_upstream_names(), ["openai", "anthropic", "gemini", "or"]);
+        let err = Config::load_from(
+            &o,
+            &env(&[("SPENDGATE_UPSTREAMS", "name=gemini,format=openai,base_url=http://x")]),
+        )
+        .unwrap_err();
+        assert!(err.0.contains("SPENDGATE_UPSTREAMS") && err.0.contains("gemini"), "{}", err.0);
+    }
 }

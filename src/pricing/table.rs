@@ -626,4 +626,19 @@ pub(super) mod tests {
         assert_eq!(table.lookup("openai", "gpt-4o-2024-08-06").unwrap().1.input, 2_500_000);
         assert_eq!(table.fallback_price("openai").input, 99_000_000, "fallback recomputed");
     }
+
+    #[test]
+    fn named_upstreams_are_priced_only_under_their_name() {
+        let json = r#"{"models": {"openrouter/acme-1": {"input": 2000000, "output": 8000000},
+                                  "openai/acme-1": {"input": 1, "output": 1}}}"#;
+        assert!(matches!(PricingTable::from_json_str(json), Err(PricingError::BadKey(_))));
+        let table = PricingTable::from_json_with(json, &[("openrouter", Provider::OpenAi)]).unwrap();
+        let (name, price) = table.lookup_named("openrouter", "acme-1-2025-01-01").unwrap();
+        assert_eq!((name, price.input, price.output), ("acme-1", 2_000_000, 8_000_000));
+        assert_eq!(table.lookup_in(Provider::OpenAi, "acme-1").unwrap().1.input, 1);
+        assert!(table.lookup_named("openrouter", "other").is_none());
+        assert!(table.lookup_named("vllm", "acme-1").is_none());
+        // The fallback of an upstream's unknown model is the highest of all.
+        assert_eq!(table.fallback_price("openrouter").input, 2_000_000);
+    }
 }
