@@ -83,3 +83,19 @@ async fn http_proxy_carries_plain_http_upstreams_too() {
     assert_eq!(proxy.targets(), vec![s.mock.base.trim_start_matches("http://").to_owned()]);
     assert_eq!(s.mock.count(), 1);
 }
+
+#[tokio::test]
+async fn webhooks_go_through_the_proxy_too() {
+    let proxy = ConnectProxy::start();
+    let rx = crate::support::receiver::Receiver::start();
+    let app = crate::support::TestApp::start_with(&[("HTTP_PROXY", proxy.url.clone())]).await;
+    let owner = app.owner().await;
+    let r = owner.post("/api/webhooks", json!({ "url": rx.url })).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["data"]["id"].as_str().unwrap().to_owned();
+    let r = owner.post_empty(&format!("/api/webhooks/{id}/test")).await;
+    assert_eq!(r.body["success"], true, "{r:?}\n{}", app.server.logs());
+    let target = rx.url.trim_start_matches("http://").trim_end_matches("/hook").to_owned();
+    assert_eq!(proxy.targets(), vec![target]);
+    assert_eq!(rx.received().len(), 1);
+}
