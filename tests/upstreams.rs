@@ -10,8 +10,8 @@ use crate::support::mock::MockUpstream;
 use crate::support::{read, Resp};
 
 /// A server whose built-in upstreams are one mock and whose `openrouter` (openai
-/// format) and `azure` (openai format, key in `api-key`) and `claude-gw` (anthropic)
-/// are another, with `openrouter/acme-1` priced at $2 / $8 per million tokens.
+/// format), `azure` (openai format, key in `api-key`), `claude-gw` (anthropic) and
+/// `gem` (gemini) are another, with `openrouter/acme-1` priced at $2 / $8 per million tokens.
 async fn start() -> (Setup, MockUpstream, tempfile::TempDir) {
     let named = MockUpstream::start();
     let dir = tempfile::tempdir().unwrap();
@@ -20,7 +20,7 @@ async fn start() -> (Setup, MockUpstream, tempfile::TempDir) {
     std::fs::write(&prices, doc.to_string()).unwrap();
     let upstreams = format!(
         "name=openrouter,format=openai,base_url={b}/or;name=azure,format=openai,base_url={b}/az,key_header=api-key;\
-         name=claude-gw,format=anthropic,base_url={b}",
+         name=claude-gw,format=anthropic,base_url={b};name=gem,format=gemini,base_url={b}/gm",
         b = named.base
     );
     let s = setup_with(&[
@@ -87,6 +87,19 @@ async fn a_named_upstream_by_prefix_and_by_base_url_is_metered_under_its_name() 
     assert_eq!(named.last().path, "/v1/messages");
     assert_eq!(named.last().header("x-api-key"), Some("sk-ant"));
     assert_eq!(event_of(&s, &id).await["provider"], "claude-gw");
+
+    // A gemini-format upstream by prefix, streaming: the model comes from the path.
+    let body = json!({ "contents": [{ "parts": [{ "text": "hi" }] }] });
+    let path = "/upstreams/gem/v1beta/models/gemini-x:streamGenerateContent";
+    let id = ok(&s.send(path, &body, &[("x-goog-api-key", "g-key")]).await);
+    let seen = named.last();
+    assert_eq!(
+        (seen.path.as_str(), seen.query.as_str()),
+        ("/gm/v1beta/models/gemini-x:streamGenerateContent", "alt=sse")
+    );
+    assert_eq!(seen.header("x-goog-api-key"), Some("g-key"));
+    let e = event_of(&s, &id).await;
+    assert_eq!((e["provider"].as_str(), e["model"].as_str()), (Some("gem"), Some("gemini-x")));
     assert_eq!(s.mock.count(), 0);
 }
 
