@@ -190,3 +190,19 @@ async fn allowed_providers_names_a_named_upstream_by_its_name() {
     assert_eq!(call(only_or).await.status, 200);
     assert_eq!(named.count(), 1);
 }
+
+#[tokio::test]
+async fn budgets_refuse_a_named_upstream_call_as_any_other_and_record_its_name() {
+    let (s, named, _dir) = start().await;
+    let budget = json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 1 });
+    s.budget(budget).await;
+    let r = s.send("/upstreams/openrouter/v1/chat/completions", &chat("acme-1"), &[]).await;
+    assert_eq!((r.status, r.header("x-service-denied")), (429, Some("1")), "{r:?}");
+    assert_eq!(named.count(), 0, "nothing was forwarded");
+    let request_id = r.header("x-service-request-id").unwrap().to_owned();
+    let denial = event_of(&s, &request_id).await;
+    assert_eq!(
+        (denial["provider"].as_str(), denial["budgetStatus"].as_str()),
+        (Some("openrouter"), Some("denied"))
+    );
+}
