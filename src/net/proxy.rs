@@ -54,8 +54,9 @@ impl ProxyAddr {
     }
 }
 
+/// Percent-decodes a URL's user or password (`+` stays a plus sign).
 fn percent(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
         .next()
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default()
@@ -275,7 +276,7 @@ mod tests {
     #[test]
     fn scheme_picks_the_proxy_and_no_proxy_bypasses() {
         let p = proxies(&[
-            ("HTTPS_PROXY", "http://user:p%40ss@10.0.0.1:3128"),
+            ("HTTPS_PROXY", "http://user:p%40s+s@10.0.0.1:3128"),
             ("http_proxy", "proxy.local:8080"),
             ("NO_PROXY", "internal.example, .corp.example ,192.168.0.0/16,127.0.0.1:9000,[::1]"),
         ]);
@@ -293,7 +294,7 @@ mod tests {
         }
         assert_eq!(via(&p, "https://notinternal.example/x"), Some("10.0.0.1:3128".into()));
         let auth = p.https.as_ref().unwrap().authorization.clone().unwrap();
-        assert_eq!(base64::engine::general_purpose::STANDARD.decode(auth).unwrap(), b"user:p@ss");
+        assert_eq!(base64::engine::general_purpose::STANDARD.decode(auth).unwrap(), b"user:p@s+s");
     }
 
     #[test]
