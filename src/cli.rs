@@ -199,7 +199,7 @@ pub async fn user(config: &Config, action: UserCommand) -> Result<(), String> {
 pub async fn pricing(config: &Config, action: PricingCommand) -> Result<(), String> {
     match action {
         PricingCommand::Check { json } => {
-            let table = PricingTable::load(config.pricing_file.as_deref())?;
+            let table = PricingTable::load(config.pricing_file.as_deref(), &config.named_formats())?;
             db::migrate(&config.database_url).await?;
             let pool = db::Pool::connect(&config.database_url, 1)?;
             let report = pricing::report::report(&pool, &table, None, crate::util::time::now_ms())

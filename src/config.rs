@@ -89,6 +89,8 @@ pub struct Config {
     pub webhooks: WebhookSettings,
     /// The control plane's public base URL (thin webhook payloads link to it).
     pub public_url: Option<String>,
+    /// Operator-defined upstreams (see `crate::upstreams`).
+    pub upstreams: Vec<crate::upstreams::NamedUpstream>,
 }
 
 /// How webhook endpoint actors deliver (see `crate::webhooks`).
@@ -186,6 +188,10 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("actor_restart_backoff_ms", "first restart backoff of a failed actor (default 100)"),
     ("session_ttl_hours", "dashboard session lifetime (default 168)"),
     ("pricing_file", "JSON file of model prices that overrides the built-in table"),
+    (
+        "upstreams",
+        "operator-defined upstreams: name=NAME,format=openai|anthropic|gemini,base_url=URL[,key_header=H] entries separated by ';' (file: [upstreams.NAME] tables)",
+    ),
     (
         "upstream_timeout_secs",
         "longest wait for upstream response headers and between stream chunks (default 300)",
@@ -365,6 +371,8 @@ impl Config {
                 None => None,
                 Some(_) => Some(r.url("public_url", "")?),
             },
+            upstreams: crate::upstreams::parse(&r.string("upstreams", ""))
+                .map_err(|e| r.bad("upstreams", &format!("valid upstream entries ({e})")))?,
         };
         if let Some(path) = &config.pricing_file {
             if !path.exists() {
@@ -381,6 +389,26 @@ fn cap(value: i64) -> Option<i64> {
 }
 
 impl Config {
+    /// The upstream names a stored credential or a price may be keyed on: the three
+    /// built-in ones, then the operator's.
+    pub fn configured_upstream_names(&self) -> Vec<&str> {
+        ["openai", "anthropic", "gemini"]
+            .into_iter()
+            .chain(self.upstreams.iter().map(|u| u.name.as_str()))
+            .collect()
+    }
+
+    /// The operator-defined upstreams' names and wire formats, which the pricing file
+    /// may key prices on.
+    pub fn named_formats(&self) -> Vec<(&str, crate::pricing::Provider)> {
+        self.upstreams.iter().map(|u| (u.name.as_str(), u.format)).collect()
+    }
+
+    /// The operator-defined upstream of that name.
+    pub fn upstream(&self, name: &str) -> Option<&crate::upstreams::NamedUpstream> {
+        self.upstreams.iter().find(|u| u.name == name)
+    }
+
     /// The governed-request cap of a tier per calendar month.
     pub fn governed_request_cap(&self, plan: Plan) -> Option<i64> {
         let index = match plan {
@@ -400,6 +428,12 @@ fn read_file(path: &Path, raw: &mut BTreeMap<String, Raw>) -> Result<(), ConfigE
         .parse()
         .map_err(|e| ConfigError(format!("config file {} is not valid TOML: {e}", path.display())))?;
     for (key, value) in table {
+        if let (true, toml::Value::Table(upstreams)) = (key == "upstreams", &value) {
+            let value = crate::upstreams::from_toml(upstreams)
+                .map_err(|e| ConfigError(format!("config file {}: {e}", path.display())))?;
+            raw.insert(key, Raw { value, origin: format!("config file {}", path.display()) });
+            continue;
+        }
         if !SETTINGS.iter().any(|(n, _)| *n == key) {
             return Err(ConfigError(format!("config file {}: unknown setting {key:?}", path.display())));
         }
@@ -540,5 +574,33 @@ mod tests {
         assert_eq!(c.workers, 3);
         std::fs::write(&path, "colour = 1\n").unwrap();
         assert!(Config::load_from(&o, &env(&[])).unwrap_err().0.contains("colour"));
+    }
+
+    #[test]
+    fn upstreams_come_from_file_tables_or_the_environment_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spendgate.toml");
+        std::fs::write(
+            &path,
+            "[upstreams.vllm]\nbase_url = \"http://127.0.0.1:8000\"\nformat = \"openai\"\n\
+             [upstreams.gw]\nbase_url = \"https://gw.example\"\nformat = \"anthropic\"\n",
+        )
+        .unwrap();
+        let o = Overrides { config_file: Some(path.clone()), values: BTreeMap::new() };
+        let c = Config::load_from(&o, &env(&[])).unwrap();
+        assert_eq!(c.configured_upstream_names(), ["openai", "anthropic", "gemini", "gw", "vllm"]);
+        assert_eq!(c.upstream("gw").unwrap().format, crate::pricing::Provider::Anthropic);
+        let c = Config::load_from(
+            &o,
+            &env(&[("SPENDGATE_UPSTREAMS", "name=or,format=openai,base_url=https://openrouter.ai/api")]),
+        )
+        .unwrap();
+        assert_eq!(c.configured_upstream_names(), ["openai", "anthropic", "gemini", "or"]);
+        let err = Config::load_from(
+            &o,
+            &env(&[("SPENDGATE_UPSTREAMS", "name=gemini,format=openai,base_url=http://x")]),
+        )
+        .unwrap_err();
+        assert!(err.0.contains("SPENDGATE_UPSTREAMS") && err.0.contains("gemini"), "{}", err.0);
     }
 }

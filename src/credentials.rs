@@ -14,7 +14,6 @@ use moka::sync::Cache;
 
 use crate::config::Config;
 use crate::db::{self, DbError, Pool};
-use crate::pricing::Provider;
 
 /// The built-in upstreams a credential may be stored for.
 pub const BUILT_IN_UPSTREAMS: [&str; 3] = ["openai", "anthropic", "gemini"];
@@ -28,18 +27,9 @@ const CACHE_CAPACITY: u64 = 10_000;
 const CACHE_TTL: Duration = Duration::from_secs(600);
 
 /// Whether an organization may store a credential under `name`: a built-in upstream
-/// today; operator-defined upstreams join here.
-pub fn is_credential_upstream(_config: &Config, name: &str) -> bool {
-    BUILT_IN_UPSTREAMS.contains(&name)
-}
-
-/// The credential upstream a provider route's call goes to.
-pub const fn upstream_of(provider: Provider) -> &'static str {
-    match provider {
-        Provider::OpenAi => "openai",
-        Provider::Anthropic => "anthropic",
-        Provider::Google => "gemini",
-    }
+/// or an operator-defined one.
+pub fn is_credential_upstream(config: &Config, name: &str) -> bool {
+    config.configured_upstream_names().contains(&name)
 }
 
 /// The part of a secret shown in lists.

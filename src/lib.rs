@@ -24,6 +24,7 @@ pub mod idempotency;
 pub mod instances;
 pub mod margins;
 pub mod metrics;
+pub mod net;
 pub mod openapi;
 pub mod outbox;
 pub mod periods;
@@ -38,6 +39,7 @@ pub mod secret_key;
 pub mod state;
 pub mod tool_costs;
 pub mod unit_economics;
+pub mod upstreams;
 pub mod util;
 pub mod webhooks;
 
@@ -133,6 +135,10 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
         servers.push(server.run());
     }
     // Tests and operators wait for this line: it is printed once every listener is bound.
+    net::log_settings();
+    for u in &state.config.upstreams {
+        tracing::info!(name = %u.name, base_url = %u.base_url, format = u.format_name(), "operator-defined upstream");
+    }
     println!("spendgate ready {}", ready.join(" "));
     tracing::info!(listeners = %ready.join(" "), backend = ?state.pool.backend(), "spendgate ready");
 

@@ -53,7 +53,7 @@ impl AppState {
     /// actors). Must run inside the actix system.
     pub fn new(config: Config, pool: Pool) -> Result<Self, String> {
         let metrics = Metrics::new();
-        let pricing = PricingTable::load(config.pricing_file.as_deref())?;
+        let pricing = PricingTable::load(config.pricing_file.as_deref(), &config.named_formats())?;
         let unpriced = UnpricedModels::new(metrics.unpriced_models.clone());
         let outbox = crate::outbox::Outbox::new();
         let budgets = BudgetService::start(

@@ -50,13 +50,29 @@ fn web_method(s: &str) -> Option<String> {
     METHODS.iter().find(|m| s.starts_with(&format!("{m}()"))).map(|m| (*m).to_owned())
 }
 
+/// The scope the proxy serves its provider routes under a second time, for an
+/// operator-defined upstream (`fn provider_routes`, configured at the root and here).
+const UPSTREAM_PREFIX: &str = "/upstreams/{upstream}";
+
 /// The routes one source file registers, under `prefix` (the scope).
 fn scan(file: &Path, prefix: &str, routes: &mut BTreeSet<Route>) {
     let text = std::fs::read_to_string(file).unwrap();
     let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let (mut in_provider_routes, mut provider_routes, mut mirrored) = (false, Vec::new(), false);
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         let at = || format!("{}:{}: {line}", file.display(), n + 1);
+        if line.starts_with("fn provider_routes(") {
+            in_provider_routes = true;
+        } else if line == "}" {
+            in_provider_routes = false;
+        }
+        if line.contains("web::scope(route::UPSTREAM_PREFIX)") {
+            assert!(line.contains(".configure(provider_routes)"), "unknown upstream scope at {}", at());
+            mirrored = true;
+            continue;
+        }
+        let before = routes.clone();
         if let Some(attr) = line.strip_prefix("#[") {
             if let Some(m) = METHODS.iter().find(|m| attr.starts_with(&format!("{m}(\""))) {
                 let (path, _) = literal(&attr[m.len() + 1..]).unwrap();
@@ -83,6 +99,15 @@ fn scan(file: &Path, prefix: &str, routes: &mut BTreeSet<Route>) {
         } else if let Some(i) = line.find("web::scope(") {
             let (scope, _) = literal(&line[i + "web::scope(".len()..]).unwrap();
             assert_eq!(scope, prefix, "a scope the scanner does not know, at {}", at());
+        }
+        if in_provider_routes {
+            provider_routes.extend(routes.difference(&before).cloned());
+        }
+    }
+    if mirrored {
+        assert!(!provider_routes.is_empty(), "{}: no provider routes found", file.display());
+        for (m, p) in provider_routes {
+            routes.insert((m, normalize(&format!("{UPSTREAM_PREFIX}{p}"))));
         }
     }
 }
@@ -221,4 +246,35 @@ fn the_scanner_reads_every_registration_form() {
     assert!(unknown.is_err(), "an unknown form must fail the scan");
     assert!(serves("/v1beta/models/{}", "/v1beta/models/{}:generateContent"));
     assert!(!serves("/api/orgs/{}", "/api/orgs/me"));
+}
+
+#[tokio::test]
+async fn operation_ids_are_unique_and_proxy_operations_name_the_proxy_server() {
+    let doc = served_document().await;
+    let mut ids = BTreeSet::new();
+    let mut proxy_ops = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for m in METHODS {
+            let Some(op) = item.get(m) else { continue };
+            let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{m} {path}: no operationId"));
+            assert!(ids.insert(id.to_owned()), "operationId {id} is used twice (again at {m} {path})");
+        }
+        let servers = item
+            .get("servers")
+            .or_else(|| METHODS.iter().filter_map(|m| item.get(*m)).find_map(|op| op.get("servers")));
+        if path.starts_with("/api/") {
+            assert!(servers.is_none(), "{path}: a control-plane path must use the document's server");
+        } else {
+            let servers = servers.unwrap_or_else(|| panic!("{path}: a proxy path without its server"));
+            assert_eq!(servers[0]["url"], "{proxyUrl}", "{path}");
+            assert!(servers[0]["variables"]["proxyUrl"]["default"].is_string(), "{path}");
+            proxy_ops += 1;
+        }
+    }
+    assert!(proxy_ops >= 20, "only {proxy_ops} proxy paths");
+    assert!(doc["paths"]["/upstreams/{upstream}/v1/chat/completions"]["post"].is_object());
+    assert!(
+        doc["paths"]["/upstreams/{upstream}/v1beta/models/{model}:streamGenerateContent"]["post"].is_object()
+    );
+    assert!(doc["servers"][0]["description"].as_str().unwrap().contains("control"));
 }

@@ -507,3 +507,79 @@ async fn a_change_made_on_one_instance_reaches_the_others() {
     let r = last.expect("the delete reached the second instance");
     assert_eq!(r.code(), "invalid_upstream", "{r:?}");
 }
+
+/// The Responses routes and operator-defined upstreams take the same credentials:
+/// each named upstream its own stored key (in its key header), one without a stored
+/// key gets the call keyless, and the bookkeeping endpoints use the stored key too.
+#[tokio::test]
+async fn responses_routes_and_named_upstreams_use_their_own_stored_credentials() {
+    let mock = MockUpstream::start();
+    let named = MockUpstream::start();
+    let mut env = env_for(&mock, backend_is_postgres());
+    let upstreams = format!(
+        "name=router,format=openai,base_url={b}/or;name=azure,format=openai,base_url={b}/az,key_header=api-key;\
+         name=local,format=openai,base_url={b}/lo",
+        b = named.base
+    );
+    env.push(("SPENDGATE_UPSTREAMS", upstreams));
+    let app = TestApp::start_with(&env).await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "agent").await;
+    let s = Setup { app, mock, owner, raw };
+    store(&s.owner, "openai", OPENAI_SECRET).await;
+    store(&s.owner, "router", "sk-or-stored-0123456789abcdef").await;
+    store(&s.owner, "azure", "az-stored-0123456789abcdef").await;
+    let r = s.owner.post(PATH, json!({ "upstream": "nowhere", "secret": "sk-x-0123456789" })).await;
+    assert_eq!((r.status, r.code()), (400, "validation_error"), "{r:?}");
+    let bearer = format!("Bearer {}", s.raw);
+    let slot = [("authorization", bearer.as_str())];
+
+    let body = json!({ "model": "gpt-4o-mini", "input": "hi", "max_output_tokens": 50 });
+    let r = s.call("/v1/responses", &body, &slot).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let seen = s.mock.last();
+    assert_eq!(seen.headers.get("authorization"), Some(&format!("Bearer {OPENAI_SECRET}")));
+    no_spendgate_key(&seen);
+    let proxy = s.app.proxy();
+    let r = read(
+        proxy
+            .request(reqwest::Method::GET, "/v1/responses/resp_1")
+            .header("authorization", &bearer)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let seen = s.mock.last();
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("GET", "/v1/responses/resp_1"));
+    assert_eq!(seen.headers.get("authorization"), Some(&format!("Bearer {OPENAI_SECRET}")));
+    no_spendgate_key(&seen);
+
+    let r = s.call("/upstreams/router/v1/chat/completions", &chat(), &slot).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let seen = named.last();
+    assert_eq!(seen.path, "/or/v1/chat/completions");
+    assert_eq!(
+        seen.headers.get("authorization").map(String::as_str),
+        Some("Bearer sk-or-stored-0123456789abcdef")
+    );
+    no_spendgate_key(&seen);
+
+    let r = s.call("/upstreams/azure/v1/responses", &body, &slot).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let seen = named.last();
+    assert_eq!(seen.path, "/az/v1/responses");
+    assert_eq!(seen.headers.get("api-key").map(String::as_str), Some("az-stored-0123456789abcdef"));
+    assert!(!seen.headers.contains_key("authorization"), "{:?}", seen.headers);
+
+    // No stored key for `local` (a keyless local server): forwarded without one.
+    let r = s.call("/upstreams/local/v1/chat/completions", &chat(), &slot).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let seen = named.last();
+    assert_eq!(seen.path, "/lo/v1/chat/completions");
+    assert!(!seen.headers.contains_key("authorization"), "{:?}", seen.headers);
+    no_spendgate_key(&seen);
+    let events = wait_events(&s.owner, 4).await;
+    assert_eq!(events.len(), 4, "{events:?}");
+}

@@ -899,7 +899,7 @@ async fn get_session_without_id(auth: SessionAuth) -> Result<HttpResponse, ApiEr
 
 /// Shows a session: totals over all its events and its first 200 events, oldest
 /// first. A session without events answers zeros, not 404.
-#[utoipa::path(get, path = "/api/cost-events/sessions/{sessionId}", tag = "cost-events", security(("session" = [])),
+#[utoipa::path(get, path = "/api/cost-events/sessions/{sessionId}", tag = "cost-events", operation_id = "get_cost_event_session", security(("session" = [])),
     params(("sessionId" = String, Path, description = "1-200 characters")),
     description = "Session, viewer and above. The body is not wrapped in `data`.",
     responses((status = 200, body = SessionDetail), (status = 400, description = "validation_error"),

@@ -198,6 +198,8 @@ struct Restrictions<'a> {
     allowed_providers: Option<&'a [String]>,
     allowed_customers: Option<&'a [String]>,
     api_version: Option<&'a str>,
+    /// The operator's upstreams, whose names `allowedProviders` may list too.
+    named_upstreams: &'a [crate::upstreams::NamedUpstream],
 }
 
 fn check_restrictions(r: &Restrictions<'_>, issues: &mut Issues) {
@@ -216,9 +218,11 @@ fn check_restrictions(r: &Restrictions<'_>, issues: &mut Issues) {
     }
     if let Some(providers) = r.allowed_providers {
         for (i, p) in providers.iter().enumerate() {
-            if !KNOWN_PROVIDERS.contains(&p.as_str()) {
-                issues
-                    .push(&["allowedProviders", &i.to_string()], "must be one of openai, anthropic, google");
+            if !KNOWN_PROVIDERS.contains(&p.as_str()) && !r.named_upstreams.iter().any(|u| u.name == *p) {
+                issues.push(
+                    &["allowedProviders", &i.to_string()],
+                    "must be one of openai, anthropic, google or a configured upstream's name",
+                );
             }
         }
     }
@@ -332,6 +336,7 @@ pub async fn create_key(
             allowed_providers: body.allowed_providers.as_deref(),
             allowed_customers: body.allowed_customers.as_deref(),
             api_version: body.api_version.as_deref(),
+            named_upstreams: &state.config.upstreams,
         },
         &mut issues,
     );
@@ -391,7 +396,7 @@ pub async fn update_key(
 ) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Admin)?;
     let id = key_id(&path)?;
-    let changes = changes_of(json_body(&req, payload).await?)?;
+    let changes = changes_of(json_body(&req, payload).await?, &state.config.upstreams)?;
     let row = db::keys::update(&state.pool, &auth.org.id, &id, changes)
         .await?
         .ok_or_else(|| ApiError::not_found("API key"))?;
@@ -400,7 +405,10 @@ pub async fn update_key(
 }
 
 /// Validates a PATCH body and turns it into column changes.
-fn changes_of(body: UpdateKeyBody) -> Result<KeyChanges, ApiError> {
+fn changes_of(
+    body: UpdateKeyBody,
+    named_upstreams: &[crate::upstreams::NamedUpstream],
+) -> Result<KeyChanges, ApiError> {
     let mut issues = Issues::new();
     let not_null = |field: &str, present: bool, issues: &mut Issues| {
         if present {
@@ -419,6 +427,7 @@ fn changes_of(body: UpdateKeyBody) -> Result<KeyChanges, ApiError> {
             allowed_providers: given(&body.allowed_providers),
             allowed_customers: given(&body.allowed_customers),
             api_version: body.api_version.as_ref().and_then(|v| v.as_deref()),
+            named_upstreams,
         },
         &mut issues,
     );
@@ -535,14 +544,14 @@ mod tests {
 
     #[test]
     fn patch_bodies() {
-        assert!(changes_of(UpdateKeyBody::default()).is_err());
+        assert!(changes_of(UpdateKeyBody::default(), &[]).is_err());
         let body: UpdateKeyBody = serde_json::from_str(r#"{"allowedModels":null}"#).unwrap();
-        let changes = changes_of(body).unwrap();
+        let changes = changes_of(body, &[]).unwrap();
         assert_eq!(changes.allowed_models, Some(None));
         assert_eq!(changes.allowed_customers, None);
         let body: UpdateKeyBody =
             serde_json::from_str(r#"{"name":"  ci  ","allowedProviders":["openai"]}"#).unwrap();
-        let changes = changes_of(body).unwrap();
+        let changes = changes_of(body, &[]).unwrap();
         assert_eq!(changes.name.as_deref(), Some("ci"));
         assert_eq!(changes.allowed_providers, Some(Some(r#"["openai"]"#.to_owned())));
         for bad in [
@@ -552,7 +561,7 @@ mod tests {
             r#"{"name":"  "}"#,
         ] {
             let body: UpdateKeyBody = serde_json::from_str(bad).unwrap();
-            assert!(changes_of(body).is_err(), "{bad}");
+            assert!(changes_of(body, &[]).is_err(), "{bad}");
         }
     }
 }

@@ -3,10 +3,12 @@
 //! adds what every operation shares, derived from the document itself so it cannot
 //! drift: the error envelope on every error response, and the errors the shared
 //! extractors answer (JSON body: 400/413/415; API key: 401/429; session: 401/403;
-//! the database: 503).
+//! the database: 503). The proxy's operations are declared under the proxy's own
+//! server (a path-level `servers`), the rest under the control plane's.
 
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::server::{Server, ServerBuilder, ServerVariableBuilder};
 use utoipa::openapi::{Content, RefOr, Response};
 use utoipa::{Modify, OpenApi};
 
@@ -18,7 +20,7 @@ use shared::{ErrorBody, ErrorEnvelope, CRON_SECRET, INTERNAL_SECRET, SERVICE_KEY
 #[openapi(
     info(title = "spendgate", description = "Spend-governance gateway for AI agents: control plane and proxy. \
         Paths under /api are served by the control-plane listener; all other paths by the proxy listener."),
-    servers((url = "/", description = "this instance")),
+    servers((url = "/", description = "the control-plane listener (control_addr) of this instance")),
     components(schemas(ErrorEnvelope, ErrorBody)),
     modifiers(&SecuritySchemes)
 )]
@@ -92,9 +94,13 @@ pub fn document() -> utoipa::openapi::OpenApi {
         crate::api::customer_mappings::ApiDoc::openapi(),
         crate::api::margins::ApiDoc::openapi(),
         crate::api::webhooks::ApiDoc::openapi(),
-        crate::proxy::ApiDoc::openapi(),
-        crate::proxy::customers_doc_api(),
     ] {
+        doc.merge(part);
+    }
+    for mut part in [crate::proxy::openapi::document(), crate::proxy::customers_doc_api()] {
+        for item in part.paths.paths.values_mut() {
+            item.servers = Some(vec![proxy_server()]);
+        }
         doc.merge(part);
     }
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
@@ -107,6 +113,21 @@ pub fn document() -> utoipa::openapi::OpenApi {
         }
     }
     doc
+}
+
+/// The proxy listener, which serves every operation outside `/api`; its address is
+/// the operator's `proxy_addr`, so it is a server variable.
+fn proxy_server() -> Server {
+    ServerBuilder::new()
+        .url("{proxyUrl}")
+        .description(Some("the proxy listener (proxy_addr) of this instance"))
+        .parameter(
+            "proxyUrl",
+            ServerVariableBuilder::new()
+                .default_value("http://127.0.0.1:8787")
+                .description(Some("the proxy's base URL")),
+        )
+        .build()
 }
 
 /// The errors an operation answers because of how it is reached, and the envelope

@@ -21,7 +21,7 @@ pub enum PricingError {
     #[error("pricing table is not valid: {0}")]
     Json(#[from] serde_json::Error),
     /// A key is not `provider/model` with a known provider and a non-empty model.
-    #[error("pricing key {0:?} is not \"provider/model\" with provider openai, anthropic or google")]
+    #[error("pricing key {0:?} is not \"provider/model\" with provider openai, anthropic, google or a configured upstream's name")]
     BadKey(String),
     /// Two keys name the same model once normalised (`gemini/x` and `google/x`).
     #[error("pricing key {0:?} names a model that is already in the table")]
@@ -51,6 +51,9 @@ pub struct PricingTable {
     /// One map per provider (indexed by `Provider::index`), so that a lookup needs no
     /// `provider/model` key to be built.
     models: [HashMap<Box<str>, ModelPrice>; 3],
+    /// The operator-defined upstreams' models, by upstream name (from the operator's
+    /// pricing file only: the shipped table prices none of them).
+    named: HashMap<Box<str>, HashMap<Box<str>, ModelPrice>>,
     /// Conservative prices for unknown models, per provider, recomputed on every change.
     fallback: [ModelPrice; 3],
     /// Fallback for an unknown provider: the maximum over all providers.
@@ -80,28 +83,45 @@ impl PricingTable {
     /// See [`PricingError`]: malformed JSON, unknown fields, bad or duplicate keys,
     /// negative prices.
     pub fn from_json_str(json: &str) -> Result<Self, PricingError> {
+        Self::from_json_with(json, &[])
+    }
+
+    /// [`PricingTable::from_json_str`], where keys may also name the operator-defined
+    /// upstreams in `named` (name and wire format, which decides the price defaults).
+    ///
+    /// # Errors
+    ///
+    /// As [`PricingTable::from_json_str`].
+    pub fn from_json_with(json: &str, named: &[(&str, Provider)]) -> Result<Self, PricingError> {
         let document: PricingDocument = serde_json::from_str(json)?;
         let mut table = PricingTable {
             models: [HashMap::new(), HashMap::new(), HashMap::new()],
+            named: HashMap::new(),
             fallback: [ModelPrice::new(0, 0); 3],
             fallback_any: ModelPrice::new(0, 0),
             checked_at: document.checked_at,
             builtin_tools: [HashMap::new(), HashMap::new(), HashMap::new()],
         };
         for (key, price) in document.builtin_tools {
-            let (provider, tool) = parse_key(&key).ok_or_else(|| PricingError::BadKey(key.clone()))?;
+            // Built-in tools are the built-in providers' own: no upstream names here.
+            let Some((Owner::Builtin(provider), tool)) = parse_key(&key, &[]) else {
+                return Err(PricingError::BadKey(key));
+            };
             if price < 0 {
                 return Err(PricingError::NegativePrice { key, field: "per-call" });
             }
             table.builtin_tools[provider.index()].insert(tool.into(), price);
         }
         for (key, price) in document.models {
-            let (provider, model) = parse_key(&key).ok_or_else(|| PricingError::BadKey(key.clone()))?;
+            let (owner, model) = parse_key(&key, named).ok_or_else(|| PricingError::BadKey(key.clone()))?;
             if let Some((field, _)) = price.named_prices().into_iter().find(|(_, p)| p.is_some_and(|p| p < 0))
             {
                 return Err(PricingError::NegativePrice { key, field });
             }
-            let map = &mut table.models[provider.index()];
+            let (map, provider) = match owner {
+                Owner::Builtin(provider) => (&mut table.models[provider.index()], provider),
+                Owner::Named(name, format) => (table.named.entry(name.into()).or_default(), format),
+            };
             if map.contains_key(model) {
                 return Err(PricingError::DuplicateKey(key));
             }
@@ -116,13 +136,13 @@ impl PricingTable {
     /// # Errors
     ///
     /// The file cannot be read or is not a valid table; the message names the file.
-    pub fn load(pricing_file: Option<&std::path::Path>) -> Result<Self, String> {
+    pub fn load(pricing_file: Option<&std::path::Path>, named: &[(&str, Provider)]) -> Result<Self, String> {
         let mut table = Self::builtin().map_err(|e| e.to_string())?;
         if let Some(path) = pricing_file {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read pricing_file {}: {e}", path.display()))?;
-            let overrides =
-                Self::from_json_str(&text).map_err(|e| format!("pricing_file {}: {e}", path.display()))?;
+            let overrides = Self::from_json_with(&text, named)
+                .map_err(|e| format!("pricing_file {}: {e}", path.display()))?;
             table.merge(overrides);
         }
         Ok(table)
@@ -144,12 +164,15 @@ impl PricingTable {
         for (mine, theirs) in self.builtin_tools.iter_mut().zip(other.builtin_tools) {
             mine.extend(theirs);
         }
+        for (name, theirs) in other.named {
+            self.named.entry(name).or_default().extend(theirs);
+        }
         self.recompute_fallbacks();
     }
 
     /// Number of models across all providers.
     pub fn len(&self) -> usize {
-        self.models.iter().map(HashMap::len).sum()
+        self.models.iter().chain(self.named.values()).map(HashMap::len).sum()
     }
 
     /// Whether the table has no model at all.
@@ -185,21 +208,13 @@ impl PricingTable {
     /// (e.g. `gpt-4o-2024-05-13`) keeps its own price. Every candidate is a prefix of the
     /// given name, so a lookup never allocates.
     pub fn lookup_in(&self, provider: Provider, model: &str) -> Option<(&str, &ModelPrice)> {
-        let map = &self.models[provider.index()];
-        let get = |name: &str| map.get_key_value(name).map(|(canonical, price)| (&**canonical, price));
-        let model = model.strip_prefix("models/").unwrap_or(model);
-        if let Some(hit) = get(model) {
-            return Some(hit);
-        }
-        let undated = strip_date_suffix(model);
-        if let Some(hit) = undated.and_then(get) {
-            return Some(hit);
-        }
-        let base = undated.unwrap_or(model);
-        ["-latest", "-preview"]
-            .into_iter()
-            .filter_map(|suffix| base.strip_suffix(suffix).filter(|rest| !rest.is_empty()))
-            .find_map(get)
+        resolve(&self.models[provider.index()], model)
+    }
+
+    /// The price of `model` at the operator-defined upstream `name`, resolved like
+    /// [`PricingTable::lookup_in`]; only the operator's pricing file prices these.
+    pub fn lookup_named(&self, name: &str, model: &str) -> Option<(&str, &ModelPrice)> {
+        resolve(self.named.get(name)?, model)
     }
 
     /// The per-call price (µ$) of a tool the provider runs itself, by the Responses
@@ -227,13 +242,32 @@ impl PricingTable {
     }
 
     fn recompute_fallbacks(&mut self) {
-        self.fallback_any = max_price(self.models.iter().flat_map(HashMap::values));
+        self.fallback_any =
+            max_price(self.models.iter().chain(self.named.values()).flat_map(HashMap::values));
         for provider in Provider::ALL {
             let map = &self.models[provider.index()];
             self.fallback[provider.index()] =
                 if map.is_empty() { self.fallback_any } else { max_price(map.values()) };
         }
     }
+}
+
+/// Model-name resolution in one provider's map; see [`PricingTable::lookup_in`].
+fn resolve<'a>(map: &'a HashMap<Box<str>, ModelPrice>, model: &str) -> Option<(&'a str, &'a ModelPrice)> {
+    let get = |name: &str| map.get_key_value(name).map(|(canonical, price)| (&**canonical, price));
+    let model = model.strip_prefix("models/").unwrap_or(model);
+    if let Some(hit) = get(model) {
+        return Some(hit);
+    }
+    let undated = strip_date_suffix(model);
+    if let Some(hit) = undated.and_then(get) {
+        return Some(hit);
+    }
+    let base = undated.unwrap_or(model);
+    ["-latest", "-preview"]
+        .into_iter()
+        .filter_map(|suffix| base.strip_suffix(suffix).filter(|rest| !rest.is_empty()))
+        .find_map(get)
 }
 
 /// The most expensive price of each kind over `prices`; see `fallback_price`.
@@ -259,13 +293,24 @@ fn max_price<'a>(prices: impl Iterator<Item = &'a ModelPrice>) -> ModelPrice {
     max
 }
 
-/// Splits a table key into its provider and model; `None` when malformed.
-fn parse_key(key: &str) -> Option<(Provider, &str)> {
+/// Whose price a table key is.
+enum Owner<'a> {
+    Builtin(Provider),
+    /// An operator-defined upstream: its name and wire format.
+    Named(&'a str, Provider),
+}
+
+/// Splits a table key into its owner and model; `None` when malformed or when the
+/// provider is neither built in nor in `named`.
+fn parse_key<'a>(key: &'a str, named: &[(&'a str, Provider)]) -> Option<(Owner<'a>, &'a str)> {
     let (provider, model) = key.split_once('/')?;
-    let provider = Provider::from_name(provider)?;
+    let owner = match Provider::from_name(provider) {
+        Some(p) => Owner::Builtin(p),
+        None => named.iter().find(|(n, _)| *n == provider).map(|(n, f)| Owner::Named(n, *f))?,
+    };
     let model = model.strip_prefix("models/").unwrap_or(model);
     let well_formed = !model.is_empty() && !model.chars().any(char::is_whitespace);
-    well_formed.then_some((provider, model))
+    well_formed.then_some((owner, model))
 }
 
 /// Date suffix shapes, longest first so that `-2024-08-06` is not read as `-08-06`.
@@ -625,5 +670,20 @@ pub(super) mod tests {
         assert!(matches!(negative, Err(PricingError::NegativePrice { .. })));
         let bad = PricingTable::from_json_str(r#"{"models": {}, "builtin_tools": {"nobody/x_call": 1}}"#);
         assert!(matches!(bad, Err(PricingError::BadKey(_))));
+    }
+
+    #[test]
+    fn named_upstreams_are_priced_only_under_their_name() {
+        let json = r#"{"models": {"openrouter/acme-1": {"input": 2000000, "output": 8000000},
+                                  "openai/acme-1": {"input": 1, "output": 1}}}"#;
+        assert!(matches!(PricingTable::from_json_str(json), Err(PricingError::BadKey(_))));
+        let table = PricingTable::from_json_with(json, &[("openrouter", Provider::OpenAi)]).unwrap();
+        let (name, price) = table.lookup_named("openrouter", "acme-1-2025-01-01").unwrap();
+        assert_eq!((name, price.input, price.output), ("acme-1", 2_000_000, 8_000_000));
+        assert_eq!(table.lookup_in(Provider::OpenAi, "acme-1").unwrap().1.input, 1);
+        assert!(table.lookup_named("openrouter", "other").is_none());
+        assert!(table.lookup_named("vllm", "acme-1").is_none());
+        // The fallback of an upstream's unknown model is the highest of all.
+        assert_eq!(table.fallback_price("openrouter").input, 2_000_000);
     }
 }

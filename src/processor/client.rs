@@ -1,7 +1,6 @@
 //! A typed client of the four Stripe list endpoints margins need, following
 //! `has_more`/`starting_after` pagination to the last page.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -150,21 +149,7 @@ macro_rules! has_id {
 has_id!(Customer, Invoice, CreditNote, Refund);
 
 fn build_http() -> awc::Client {
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-    let connector = awc::Connector::new().timeout(TIMEOUT);
-    let connector = match tls {
-        Ok(mut tls) => {
-            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-            connector.rustls_0_23(Arc::new(tls))
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "TLS setup failed; the processor API will be unreachable over HTTPS");
-            connector
-        }
-    };
-    awc::Client::builder().connector(connector).timeout(TIMEOUT).finish()
+    let mut options = crate::net::Options::new(TIMEOUT);
+    options.timeout = Some(TIMEOUT);
+    crate::net::client(&options)
 }

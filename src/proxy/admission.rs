@@ -50,8 +50,9 @@ pub struct Admitted {
     pub price: Option<ModelPrice>,
     pub effective_tags: BTreeMap<String, String>,
     pub customer: Option<String>,
-    /// The provider base URL the call goes to.
-    pub base: String,
+    /// Where the call goes: base URL, the upstream's name (stored credentials are
+    /// looked up by `target.name`) and the cost event's provider.
+    pub target: upstream::Target,
     /// The call brings a provider credential of its own.
     pub brings_own_credential: bool,
     /// The provider credential the call is forwarded with.
@@ -66,14 +67,20 @@ pub struct Admitted {
 
 impl Admitted {
     pub fn call(&self) -> Call<'_> {
-        call_of(&self.key, self.provider.as_str(), &self.model, self.now)
+        call_of(&self.key, self.event_provider(), &self.model, self.now)
+    }
+
+    /// The cost event's `provider`: the wire format's provider on the built-in
+    /// upstreams, the upstream's name on an operator-defined one.
+    pub fn event_provider(&self) -> &str {
+        &self.target.provider
     }
 
     /// Who the call was, for a denial record.
     pub fn refused(&self) -> Refused<'_> {
         Refused {
             key: &self.key,
-            provider: self.provider.as_str(),
+            provider: self.event_provider(),
             model: &self.model,
             request_id: &self.headers.request_id,
             tags: &self.effective_tags,
@@ -102,13 +109,24 @@ pub async fn admit(
     common: &mut Common,
 ) -> Result<Admitted, ApiError> {
     let provider = route.provider();
+    let named = req.match_info().get("upstream").map(str::to_owned);
+    if let Some(name) = &named {
+        // The path prefix is routing: an unknown name is no route at all.
+        upstream::target(&state.config, route, Some(name), None)
+            .map_err(|_| no_such_upstream(name, route))?;
+    }
     super::check_ip(req, state)?;
     let (key, key_source) = credential::key_of(req, state, provider).await?;
     common.version = key.api_version.clone().unwrap_or_else(|| crate::API_VERSION.to_owned());
     let decision = state.rate_limits.check_key(&key.key_id);
     common.rate_limit = decision.snapshot();
     if !decision.allowed {
-        let call = call_of(&key, provider.as_str(), path_model.as_deref().unwrap_or(""), time::now_ms());
+        let call = call_of(
+            &key,
+            named.as_deref().unwrap_or(provider.as_str()),
+            path_model.as_deref().unwrap_or(""),
+            time::now_ms(),
+        );
         note_rate_limited(state, &call);
         return Err(super::rate_limited());
     }
@@ -134,8 +152,13 @@ pub async fn admit(
         .customer
         .clone()
         .or_else(|| effective_tags.get("customer").filter(|c| is_customer_id(c)).cloned());
-    let base = upstream_base(state, route, headers.upstream.as_deref())?;
-    let resolved = state.pricing.lookup_in(provider, &model).map(|(name, price)| (name.to_owned(), *price));
+    let target = upstream_target(state, route, named.as_deref(), headers.upstream.as_deref())?;
+    let resolved = if target.named {
+        state.pricing.lookup_named(&target.provider, &model)
+    } else {
+        state.pricing.lookup_in(provider, &model)
+    }
+    .map(|(name, price)| (name.to_owned(), *price));
     let mut admitted = Admitted {
         key,
         provider,
@@ -147,9 +170,9 @@ pub async fn admit(
         model,
         effective_tags,
         customer,
+        target,
         brings_own_credential: credential::brings_own(provider, req.headers(), req.query_string()),
         credential: Credential::Absent,
-        base,
         trace_id: super::route::trace_of(req).trace_id,
         now: time::now_ms(),
         _room: room,
@@ -160,7 +183,7 @@ pub async fn admit(
         &admitted.key,
         key_source,
         route,
-        &admitted.base,
+        &admitted.target,
         admitted.brings_own_credential,
     )
     .await?;
@@ -231,7 +254,15 @@ fn summarize(route: Route, body: &[u8]) -> Result<RequestSummary, ApiError> {
 /// (it becomes the cost event's `model`, and a NUL cannot be stored on PostgreSQL).
 fn model_of(path_model: Option<String>, summary: &RequestSummary) -> Result<String, ApiError> {
     let model = match (path_model, &summary.model) {
-        (Some(m), _) => m,
+        (Some(m), _) => {
+            if !is_path_model(&m) {
+                return Err(ApiError::invalid_field(
+                    &["model"],
+                    "the model in the path must be 1 to 200 of A-Z a-z 0-9 . _ - (no \"..\"), so that it forms the provider's URL",
+                ));
+            }
+            m
+        }
         (None, Some(m)) if !m.is_empty() => m.clone(),
         _ => return Err(ApiError::invalid_field(&["model"], "model is required")),
     };
@@ -244,23 +275,52 @@ fn model_of(path_model: Option<String>, summary: &RequestSummary) -> Result<Stri
     Ok(model)
 }
 
-/// `X-Service-Upstream` is for the OpenAI-compatible route only: an Anthropic or Gemini
-/// request carries that provider's key, which must never reach another provider.
-fn upstream_base(state: &AppState, route: Route, requested: Option<&str>) -> Result<String, ApiError> {
-    if requested.is_some() && route.provider() != Provider::OpenAi {
-        return Err(ApiError::new(
+/// Whether a model taken from the URL (Gemini) can be put back into the provider's
+/// URL as one path segment: no separators, query or fragment marks, escapes, spaces,
+/// control characters or `..`.
+fn is_path_model(model: &str) -> bool {
+    (1..=MAX_MODEL_CHARS).contains(&model.len())
+        && model.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !model.contains("..")
+}
+
+/// Where the call goes (see [`upstream::target`]). `X-Service-Upstream` names an
+/// allow-listed provider on the OpenAI-compatible route, or an operator-defined
+/// upstream of the route's format on any route: an Anthropic or Gemini request carries
+/// that provider's key, which must never reach a provider the operator did not name.
+pub(super) fn upstream_target(
+    state: &AppState,
+    route: Route,
+    named: Option<&str>,
+    requested: Option<&str>,
+) -> Result<upstream::Target, ApiError> {
+    upstream::target(&state.config, route, named, requested).map_err(|e| match e {
+        upstream::TargetError::UnknownName => no_such_upstream(named.unwrap_or_default(), route),
+        upstream::TargetError::NotAllowed if named.is_some() => ApiError::new(
             ErrorCode::InvalidUpstream,
-            "X-Service-Upstream applies to the OpenAI-compatible routes (/v1/chat/completions, /v1/responses, /v1/embeddings) only",
-        ));
-    }
-    upstream::base_url(&state.config, route, requested)
-        .map(str::to_owned)
-        .map_err(|_| ApiError::new(ErrorCode::InvalidUpstream, "X-Service-Upstream is not on the allow-list"))
+            "X-Service-Upstream differs from the upstream named in the path",
+        ),
+        upstream::TargetError::NotAllowed if route.provider() == Provider::OpenAi => ApiError::new(
+            ErrorCode::InvalidUpstream,
+            "X-Service-Upstream is neither on the allow-list nor a configured upstream's base URL",
+        ),
+        upstream::TargetError::NotAllowed => ApiError::new(
+            ErrorCode::InvalidUpstream,
+            "X-Service-Upstream on this route must be the base URL of a configured upstream of its format",
+        ),
+    })
+}
+
+/// 404 for `/upstreams/{name}/...` when no upstream of that name speaks the route's format.
+fn no_such_upstream(name: &str, route: Route) -> ApiError {
+    let format = crate::upstreams::format_name(route.provider());
+    let shown: String = name.chars().take(64).collect();
+    ApiError::new(ErrorCode::NotFound, format!("No configured upstream {shown:?} speaks the {format} format"))
 }
 
 async fn check_policy(state: &AppState, a: &Admitted, canonical: Option<&str>) -> Result<(), ApiError> {
-    let refusal =
-        policy_refusal(&a.key, a.provider, &a.model, canonical, a.customer.as_deref()).or_else(|| {
+    let refusal = policy_refusal(&a.key, a.event_provider(), &a.model, canonical, a.customer.as_deref())
+        .or_else(|| {
             (a.key.require_stored_credentials && a.brings_own_credential)
                 .then(|| own_credential_refused(a.provider))
         });
@@ -336,19 +396,19 @@ fn plan_details(state: &AppState, plan: Plan, current_count: i64, block_at: i64)
         "self_host_url": state.config.self_host_url,
     })
 }
+/// `allowedProviders` names the cost events' providers: `openai` also covers the
+/// allow-listed OpenAI-compatible providers (their events say `openai`), and an
+/// operator-defined upstream is allowed only by its own name.
 fn policy_refusal(
     key: &KeyIdentity,
-    provider: Provider,
+    provider: &str,
     model: &str,
     canonical: Option<&str>,
     customer: Option<&str>,
 ) -> Option<ApiError> {
     if let Some(allowed) = &key.allowed_providers {
-        if !allowed.iter().any(|p| p == provider.as_str()) {
-            return Some(ApiError::forbidden(format!(
-                "Provider {} is not allowed for this key",
-                provider.as_str()
-            )));
+        if !allowed.iter().any(|p| p == provider) {
+            return Some(ApiError::forbidden(format!("Provider {provider} is not allowed for this key")));
         }
     }
     if let Some(allowed) = &key.allowed_models {

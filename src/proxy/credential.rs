@@ -15,7 +15,7 @@ use actix_web::HttpRequest;
 
 use super::upstream::{self, Route};
 use crate::auth::keys::{KeyIdentity, KEY_HEADER, RAW_KEY_PREFIX};
-use crate::credentials::{self, CredentialError};
+use crate::credentials::CredentialError;
 use crate::error::{ApiError, ErrorCode};
 use crate::pricing::Provider;
 use crate::state::AppState;
@@ -115,45 +115,35 @@ pub fn own_credential_refused(provider: Provider) -> ApiError {
     ))
 }
 
-/// The credential the call goes out with. The stored one is used when the client
-/// brings none and the call goes to that credential's upstream; a call whose
-/// spendgate key sits in the provider key header must have one (400
-/// `invalid_upstream` naming the upstream otherwise, nothing forwarded).
+/// The credential the call goes out with. The stored one of the target upstream is
+/// used when the client brings none; a call whose spendgate key sits in the provider
+/// key header must have one on a built-in provider (400 `invalid_upstream` naming the
+/// upstream otherwise, nothing forwarded). An operator-defined upstream without a
+/// stored credential (a local vLLM or Ollama server) gets the call without a key, and
+/// an allow-listed third-party base never gets a stored key.
 pub async fn resolve(
     state: &AppState,
     key: &KeyIdentity,
     source: KeySource,
     route: Route,
-    base: &str,
+    target: &upstream::Target,
     brings_own: bool,
 ) -> Result<Credential, ApiError> {
-    let provider = route.provider();
     if brings_own && source == KeySource::ServiceHeader {
         return Ok(Credential::Client);
     }
-    let upstream = credential_upstream(state, route, base);
-    let stored = match upstream {
+    let stored = match target.name.as_deref() {
         Some(name) => stored_secret(state, key, name).await?,
         None => None,
     };
     match (stored, source) {
-        (Some(secret), _) => stored_header(provider, &secret),
+        (Some(secret), _) => stored_header(route.provider(), &secret),
         (None, KeySource::ServiceHeader) => Ok(Credential::Absent),
-        (None, KeySource::ProviderSlot) => Err(no_stored_credential(upstream.unwrap_or(base))),
+        (None, KeySource::ProviderSlot) if target.named => Ok(Credential::Absent),
+        (None, KeySource::ProviderSlot) => {
+            Err(no_stored_credential(target.name.as_deref().unwrap_or(&target.base)))
+        }
     }
-}
-
-/// The credential upstream of the call's base URL: a built-in provider's stored key
-/// goes to that provider only (an allow-listed OpenAI-compatible host gets none).
-fn credential_upstream(state: &AppState, route: Route, base: &str) -> Option<&'static str> {
-    let provider = route.provider();
-    let official = match provider {
-        Provider::OpenAi => [upstream::DEFAULT_OPENAI, state.config.upstream_openai.as_str()],
-        Provider::Anthropic => [upstream::DEFAULT_ANTHROPIC, state.config.upstream_anthropic.as_str()],
-        Provider::Google => [upstream::DEFAULT_GEMINI, state.config.upstream_gemini.as_str()],
-    };
-    let wanted = base.trim_end_matches('/');
-    official.iter().any(|b| b.trim_end_matches('/') == wanted).then_some(credentials::upstream_of(provider))
 }
 
 async fn stored_secret(

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use actix_web::http::header::{HeaderName, RETRY_AFTER};
+use actix_web::http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use actors::budget::{BudgetSnapshot, EntityType, Reserve};
@@ -41,6 +41,18 @@ use crate::util::json::read_json_body;
 use crate::util::{ids, time};
 
 pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// The API version the per-customer endpoints are pinned to (spec: Versioning): they
+/// answer in it, and say so, whatever `Service-Version` the request or key asks for.
+pub const PINNED_VERSION: &str = "2026-04-01";
+
+/// The answer (or the error's envelope) with the pinned `Service-Version`.
+fn pinned(result: Result<HttpResponse, ApiError>) -> HttpResponse {
+    use actix_web::ResponseError;
+    let mut res = result.unwrap_or_else(|e| e.error_response());
+    res.headers_mut().insert(crate::api::SERVICE_VERSION, HeaderValue::from_static(PINNED_VERSION));
+    res
+}
 
 fn not_allowed() -> ApiError {
     ApiError::new(ErrorCode::CustomerNotAllowed, "This API key may not act for that customer")
@@ -70,7 +82,11 @@ fn scope<'a>(
 }
 
 /// `POST /v1/bind`.
-pub async fn bind(
+pub async fn bind(req: HttpRequest, state: web::Data<AppState>, payload: web::Payload) -> HttpResponse {
+    pinned(bind_answer(req, state, payload).await)
+}
+
+async fn bind_answer(
     req: HttpRequest,
     state: web::Data<AppState>,
     payload: web::Payload,
@@ -144,7 +160,11 @@ fn customer_budget(org_id: &str, customer: &str, cap: i64, now: i64) -> Budget {
 }
 
 /// `POST /v1/gate`.
-pub async fn gate(
+pub async fn gate(req: HttpRequest, state: web::Data<AppState>, payload: web::Payload) -> HttpResponse {
+    pinned(gate_answer(req, state, payload).await)
+}
+
+async fn gate_answer(
     req: HttpRequest,
     state: web::Data<AppState>,
     payload: web::Payload,
@@ -343,6 +363,14 @@ async fn preview(ctx: &GateContext<'_>, bind_missing: bool, balance: i64) -> Val
 
 /// `GET /v1/customers/{customerId}/unit-economics`.
 pub async fn unit_economics(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> HttpResponse {
+    pinned(unit_economics_answer(req, state, path).await)
+}
+
+async fn unit_economics_answer(
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,

@@ -46,11 +46,16 @@ pub async fn send(
         if wants_usage { usage::openai_add_include_usage(&a.body).map(bytes::Bytes::from) } else { None };
     let strip_usage = spliced.is_some();
     let body = spliced.unwrap_or_else(|| a.body.clone());
-    let url = upstream::url(&a.base, a.route, &a.model, req.query_string());
+    let url = upstream::url(&a.target.base, a.route, &a.model, req.query_string());
     let client = upstream::client(&state.config);
     let traceparent = super::route::trace_of(req).traceparent;
-    let forwarded =
-        upstream::forwarded_headers(a.route, req.headers(), traceparent.as_deref(), &a.credential);
+    let forwarded = upstream::forwarded_headers(
+        a.route,
+        req.headers(),
+        traceparent.as_deref(),
+        &a.credential,
+        a.target.key_header.as_deref(),
+    );
     let send = || {
         let mut request = client
             .post(&url)

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::state::AppState;
 
 /// Liveness.
-#[utoipa::path(get, path = "/health", tag = "proxy-health", security(()),
+#[utoipa::path(get, path = "/health", tag = "proxy-health", operation_id = "get_proxy_health", security(()),
     responses((status = 200, description = "`{ status: ok, service: service-proxy }`", body = ProxyHealth)))]
 #[get("/health")]
 pub async fn get_health() -> HttpResponse {

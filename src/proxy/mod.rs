@@ -83,22 +83,30 @@ async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::new(ErrorCode::NotFound, "No such route"))
 }
 
+/// The provider routes, served at the root (the built-in upstreams) and again under
+/// `/upstreams/{upstream}` (an operator-defined upstream of the route's format): a new
+/// provider route is one line here and is reachable both ways.
+fn provider_routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/chat/completions", web::post().to(route::chat_completions))
+        .route("/v1/responses", web::post().to(route::responses))
+        .route("/v1/responses/input_tokens", web::post().to(passthrough::responses))
+        .route("/v1/responses/{id}", web::get().to(passthrough::responses))
+        .route("/v1/responses/{id}", web::delete().to(passthrough::responses))
+        .route("/v1/responses/{id}/cancel", web::post().to(passthrough::responses))
+        .route("/v1/responses/{id}/input_items", web::get().to(passthrough::responses))
+        .route("/v1/embeddings", web::post().to(route::embeddings))
+        .route("/v1/messages", web::post().to(route::messages))
+        .route("/v1beta/models/{tail}", web::post().to(route::gemini));
+}
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("")
             .wrap(from_fn(trace_id))
             .configure(health::configure)
             .configure(internal::configure)
-            .route("/v1/chat/completions", web::post().to(route::chat_completions))
-            .route("/v1/responses", web::post().to(route::responses))
-            .route("/v1/responses/input_tokens", web::post().to(passthrough::responses))
-            .route("/v1/responses/{id}", web::get().to(passthrough::responses))
-            .route("/v1/responses/{id}", web::delete().to(passthrough::responses))
-            .route("/v1/responses/{id}/cancel", web::post().to(passthrough::responses))
-            .route("/v1/responses/{id}/input_items", web::get().to(passthrough::responses))
-            .route("/v1/embeddings", web::post().to(route::embeddings))
-            .route("/v1/messages", web::post().to(route::messages))
-            .route("/v1beta/models/{tail}", web::post().to(route::gemini))
+            .configure(provider_routes)
+            .service(web::scope(route::UPSTREAM_PREFIX).configure(provider_routes))
             .route("/v1/policy", web::get().to(policy::get_policy))
             .route("/v1/mcp/budget/check", web::post().to(mcp::budget_check))
             .route("/v1/mcp/events", web::post().to(mcp::record_event))

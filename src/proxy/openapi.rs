@@ -41,7 +41,8 @@ pub struct ProxyHeaders {
     /// UUID or ULID, max 64 characters; invalid is replaced; echoed on the response.
     #[param(rename = "X-Service-Request-Id")]
     request_id: Option<String>,
-    /// Upstream base URL; must be on the allow-list (else 400 invalid_upstream).
+    /// Upstream base URL: on the allow-list (OpenAI routes only), or the base URL of an
+    /// operator-defined upstream of the route's format (else 400 invalid_upstream).
     #[param(rename = "X-Service-Upstream")]
     upstream: Option<String>,
     /// W3C trace context; takes priority over X-Service-Trace-Id.
@@ -153,7 +154,7 @@ fn messages() {}
 /// than the two documented ones answer 404.
 #[utoipa::path(post, path = "/v1beta/models/{model}:generateContent", tag = "proxy",
     security(("serviceKey" = []), ("serviceKeyGoogle" = []), ("serviceKeyBearer" = [])),
-    params(("model" = String, Path, description = "Model name; dated aliases price as the base model"), ProxyHeaders),
+    params(("model" = String, Path, description = "Model name of A-Z a-z 0-9 . _ - (else 400 validation_error); dated aliases price as the base model"), ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
         (status = 200, description = "The provider's answer", body = ProviderBody),
@@ -285,3 +286,49 @@ fn mcp_events() {}
     super::policy::get_policy
 ))]
 pub struct ApiDoc;
+
+/// The provider routes' paths, each served a second time under
+/// `/upstreams/{upstream}` for an operator-defined upstream of its format.
+const PROVIDER_PATHS: [&str; 10] = [
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/responses/input_tokens",
+    "/v1/responses/{response_id}",
+    "/v1/responses/{response_id}/cancel",
+    "/v1/responses/{response_id}/input_items",
+    "/v1/embeddings",
+    "/v1/messages",
+    "/v1beta/models/{model}:generateContent",
+    "/v1beta/models/{model}:streamGenerateContent",
+];
+
+/// The proxy's part of the OpenAPI document: [`ApiDoc`], plus a twin of each provider
+/// operation under `/upstreams/{upstream}` (same rules; not found when no configured
+/// upstream of that name speaks the route's format), with its own operation id.
+pub fn document() -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    use utoipa::openapi::{ObjectBuilder, Required, Type};
+    use utoipa::OpenApi;
+
+    let mut doc = ApiDoc::openapi();
+    let upstream = ParameterBuilder::new()
+        .name("upstream")
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .description(Some("A configured upstream's name (operator-defined upstreams)"))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build();
+    let twins: Vec<_> = PROVIDER_PATHS
+        .iter()
+        .filter_map(|path| {
+            let mut item = doc.paths.paths.get(*path)?.clone();
+            for op in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+                op.operation_id = op.operation_id.as_ref().map(|id| format!("upstream_{id}"));
+                op.parameters.get_or_insert_with(Vec::new).insert(0, upstream.clone());
+            }
+            Some((format!("/upstreams/{{upstream}}{path}"), item))
+        })
+        .collect();
+    doc.paths.paths.extend(twins);
+    doc
+}

@@ -52,19 +52,24 @@ async fn forward(
     if let Some(v) = &headers.version {
         version.clone_from(v);
     }
-    let base =
-        upstream::base_url(&state.config, Route::Responses, headers.upstream.as_deref()).map_err(|_| {
-            ApiError::new(ErrorCode::InvalidUpstream, "X-Service-Upstream is not on the allow-list")
-        })?;
+    let named = req.match_info().get("upstream");
+    let target =
+        super::admission::upstream_target(state, Route::Responses, named, headers.upstream.as_deref())?;
     let brings_own = credential::brings_own(provider, req.headers(), req.query_string());
     if key.require_stored_credentials && brings_own {
         return Err(credential::own_credential_refused(provider));
     }
-    let credential = credential::resolve(state, &key, key_source, Route::Responses, base, brings_own).await?;
-    let url = upstream_url(base, req.path(), req.query_string());
+    let credential =
+        credential::resolve(state, &key, key_source, Route::Responses, &target, brings_own).await?;
+    let url = upstream_url(&target.base, req.path(), req.query_string());
     let traceparent = super::route::trace_of(req).traceparent;
-    let forwarded =
-        upstream::forwarded_headers(Route::Responses, req.headers(), traceparent.as_deref(), &credential);
+    let forwarded = upstream::forwarded_headers(
+        Route::Responses,
+        req.headers(),
+        traceparent.as_deref(),
+        &credential,
+        target.key_header.as_deref(),
+    );
     let client = upstream::client(&state.config);
     let mut request =
         client.request(req.method().clone(), &url).insert_header((header::ACCEPT_ENCODING, "identity"));
@@ -123,9 +128,11 @@ fn check_id(id: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-/// The provider URL of a bookkeeping call: the base plus the request's own path (one of
-/// the routes registered for this handler, all under `/v1/responses`) and query.
+/// The provider URL of a bookkeeping call: the base plus the request's own path from
+/// `/v1/responses` on (the routes registered for this handler, at the root or under an
+/// operator-defined upstream's `/upstreams/{name}` prefix) and query.
 fn upstream_url(base: &str, path: &str, query: &str) -> String {
+    let path = path.find("/v1/responses").map_or(path, |i| &path[i..]);
     if query.is_empty() {
         format!("{base}{path}")
     } else {

@@ -7,7 +7,7 @@ use crate::policy::policy_of;
 use crate::state::AppState;
 
 /// `GET /v1/policy`.
-#[utoipa::path(get, path = "/v1/policy", tag = "proxy", security(("serviceKey" = [])),
+#[utoipa::path(get, path = "/v1/policy", tag = "proxy", operation_id = "get_proxy_policy", security(("serviceKey" = [])),
     description = "The key's budget, allowed models and providers, the cheapest allowed models, and the price table's age with the organization's unpriced models.",
     responses((status = 200, body = crate::policy::PolicyView)))]
 pub async fn get_policy(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

@@ -100,14 +100,12 @@ pub async fn messages(req: HttpRequest, body: web::Payload, state: web::Data<App
     handle(req, body, state, Route::Messages, None).await
 }
 
+/// The path prefix of an operator-defined upstream (`{upstream}` is its name).
+pub const UPSTREAM_PREFIX: &str = "/upstreams/{upstream}";
+
 /// `/v1beta/models/{model}:generateContent` and `:streamGenerateContent`.
-pub async fn gemini(
-    req: HttpRequest,
-    body: web::Payload,
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-) -> HttpResponse {
-    let tail = path.into_inner();
+pub async fn gemini(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    let tail = req.match_info().get("tail").unwrap_or_default().to_owned();
     let route = match tail.rsplit_once(':') {
         Some((model, "generateContent")) if !model.is_empty() => {
             Some((Route::GenerateContent, model.to_owned()))
@@ -262,7 +260,7 @@ fn client_gone(
 /// The call's estimate: the prompt's size (the whole body, or the billed part of it)
 /// and output maximum at the model's price, or at the conservative unknown-model price.
 fn estimate(state: &AppState, a: &Admitted) -> i64 {
-    let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.provider.as_str()));
+    let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.event_provider()));
     let prompt_bytes = a.summary.input_bytes.unwrap_or(a.body.len());
     pricing::estimate(&price, prompt_bytes, a.summary.max_output_tokens)
 }
@@ -277,7 +275,7 @@ async fn reserve(state: &AppState, a: &Admitted, estimate: i64) -> Result<Reserv
         session_id: a.headers.session.as_deref().map(Arc::from),
         finalize: a.headers.finalize,
         fingerprint: Some(CallFingerprint {
-            provider: Arc::from(a.provider.as_str()),
+            provider: Arc::from(a.event_provider()),
             model: Arc::from(a.model.as_str()),
             hash: hasher.finish(),
         }),

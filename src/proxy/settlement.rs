@@ -144,7 +144,7 @@ impl Settlement {
             EventSpec {
                 key: &a.key,
                 request_id: a.headers.request_id.clone(),
-                provider: a.provider.as_str().to_owned(),
+                provider: a.event_provider().to_owned(),
                 model: a.model.clone(),
                 source: "proxy",
                 event_type: "llm",
@@ -198,7 +198,7 @@ fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge 
     if unknown {
         state.unpriced.note(a.provider, &a.model);
     }
-    let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.provider.as_str()));
+    let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.event_provider()));
     let priced = |u: Usage| {
         let b = pricing::cost(&price, &u);
         (b.total, b)

@@ -1,8 +1,8 @@
 //! Talking to the providers: one pooled HTTPS client per worker thread, the upstream
-//! allow-list, upstream URLs, and which headers cross the proxy in each direction.
+//! allow-list and the operator's named upstreams (where a call goes: [`Target`]),
+//! upstream URLs, and which headers cross the proxy in each direction.
 
 use std::cell::RefCell;
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -11,6 +11,7 @@ use super::credential::{is_spendgate_key, Credential};
 use super::usage::WireFormat;
 use crate::config::Config;
 use crate::pricing::Provider;
+use crate::upstreams::NamedUpstream;
 
 /// The provider routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +63,101 @@ pub const DEFAULT_GEMINI: &str = "https://generativelanguage.googleapis.com";
 /// An `X-Service-Upstream` that is not on the allow-list (400 `invalid_upstream`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotAllowed;
+
+/// Where one call goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The upstream's name, which a stored provider credential is looked up by:
+    /// `openai`, `anthropic`, `gemini` (the configured built-in bases) or an
+    /// operator-defined name. `None` for an allow-listed OpenAI-compatible provider
+    /// (Groq, Together, ...) that is none of them: no stored credential goes there.
+    pub name: Option<String>,
+    /// Base URL, no trailing slash; the route's path is appended.
+    pub base: String,
+    /// The cost event's `provider`: `openai`, `anthropic`, `google` on the built-in
+    /// upstreams, the name of an operator-defined one (its prices are keyed on it).
+    pub provider: String,
+    /// Set for an operator-defined upstream.
+    pub named: bool,
+    /// The header the provider key goes in, when not the format's own.
+    pub key_header: Option<String>,
+}
+
+/// Why no target could be chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetError {
+    /// `/upstreams/{name}/...` names no configured upstream of the route's format.
+    UnknownName,
+    /// `X-Service-Upstream` is neither allow-listed for the route nor a configured
+    /// upstream of its format.
+    NotAllowed,
+}
+
+impl Target {
+    fn builtin(config: &Config, route: Route) -> Target {
+        let (name, base) = match route.provider() {
+            Provider::OpenAi => ("openai", config.upstream_openai.as_str()),
+            Provider::Anthropic => ("anthropic", config.upstream_anthropic.as_str()),
+            Provider::Google => ("gemini", config.upstream_gemini.as_str()),
+        };
+        Target {
+            name: Some(name.to_owned()),
+            base: base.trim_end_matches('/').to_owned(),
+            provider: route.provider().as_str().to_owned(),
+            named: false,
+            key_header: None,
+        }
+    }
+
+    fn named(upstream: &NamedUpstream) -> Target {
+        Target {
+            name: Some(upstream.name.clone()),
+            base: upstream.base_url.clone(),
+            provider: upstream.name.clone(),
+            named: true,
+            key_header: upstream.key_header.clone(),
+        }
+    }
+}
+
+/// The target of a call on `route`: the operator-defined upstream named in the path
+/// (`/upstreams/{name}/...`) or whose base URL is in `X-Service-Upstream`, else an
+/// allow-listed `X-Service-Upstream` (OpenAI-compatible route only), else the route's
+/// configured base. A named upstream answers only the routes of its wire format.
+pub fn target(
+    config: &Config,
+    route: Route,
+    path_name: Option<&str>,
+    requested: Option<&str>,
+) -> Result<Target, TargetError> {
+    let format = route.provider();
+    let wanted = requested.map(|r| r.trim_end_matches('/'));
+    if let Some(name) = path_name {
+        let upstream =
+            config.upstream(name).filter(|u| u.format == format).ok_or(TargetError::UnknownName)?;
+        // A header beside the path prefix may only repeat it.
+        return match wanted {
+            Some(w) if w != upstream.base_url => Err(TargetError::NotAllowed),
+            _ => Ok(Target::named(upstream)),
+        };
+    }
+    let Some(wanted) = wanted else { return Ok(Target::builtin(config, route)) };
+    if let Some(upstream) = config.upstreams.iter().find(|u| u.base_url == wanted && u.format == format) {
+        return Ok(Target::named(upstream));
+    }
+    if format != Provider::OpenAi {
+        // An Anthropic or Gemini request carries that provider's key, which must never
+        // reach another provider the operator did not name.
+        return Err(TargetError::NotAllowed);
+    }
+    let base = base_url(config, route, Some(wanted)).map_err(|NotAllowed| TargetError::NotAllowed)?;
+    let mut target = Target::builtin(config, route);
+    if base != target.base {
+        target.name = None;
+        target.base = base.to_owned();
+    }
+    Ok(target)
+}
 
 /// The base URL the route goes to: the allow-listed override, else the configured one.
 pub fn base_url<'a>(
@@ -123,8 +219,58 @@ fn join_query(url: String, query: &str) -> String {
 /// The headers forwarded upstream for `route`, exactly as the spec lists them, with
 /// the provider key of `credential` (the client's own key headers, never a spendgate
 /// key; or the stored one). `traceparent` is forwarded (with `tracestate`) only when
-/// it was valid.
+/// it was valid. An upstream whose key goes in another header (`key_header`) gets the
+/// key there alone (see [`move_key`]).
 pub fn forwarded_headers(
+    route: Route,
+    inbound: &HeaderMap,
+    traceparent: Option<&str>,
+    credential: &Credential,
+    key_header: Option<&str>,
+) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = standard_headers(route, inbound, traceparent, credential);
+    if let Some(h) = key_header {
+        // A client that already sends its key in the upstream's own header.
+        let own =
+            inbound.get(h).filter(|v| matches!(credential, Credential::Client) && !is_spendgate_key(h, v));
+        if let (Some(v), Ok(name)) = (own, HeaderName::from_bytes(h.as_bytes())) {
+            out.push((name, v.clone()));
+        }
+        move_key(&mut out, h);
+    }
+    out
+}
+
+/// The provider key among the forwarded headers (the client's own or the stored one)
+/// moved into `key_header`: the key is sent in `key_header` alone (as a bearer token
+/// when that is `authorization`).
+fn move_key(out: &mut Vec<(HeaderName, HeaderValue)>, key_header: &str) {
+    let Ok(name) = HeaderName::from_bytes(key_header.as_bytes()) else { return };
+    let is_key =
+        |n: &HeaderName| matches!(n.as_str(), "authorization" | "x-api-key" | "x-goog-api-key") || *n == name;
+    let key = out.iter().find(|(n, _)| *n == name).or_else(|| out.iter().find(|(n, _)| is_key(n))).and_then(
+        |(n, v)| {
+            let v = v.to_str().ok()?;
+            Some(if n == "authorization" { strip_bearer(v)?.to_owned() } else { v.to_owned() })
+        },
+    );
+    out.retain(|(n, _)| !is_key(n));
+    let value = match key {
+        Some(k) if name == "authorization" => HeaderValue::from_str(&format!("Bearer {k}")),
+        Some(k) => HeaderValue::from_str(&k),
+        None => return,
+    };
+    if let Ok(value) = value {
+        out.push((name, value));
+    }
+}
+
+/// The token of a `Bearer <token>` header value.
+fn strip_bearer(value: &str) -> Option<&str> {
+    value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).map(str::trim)
+}
+
+fn standard_headers(
     route: Route,
     inbound: &HeaderMap,
     traceparent: Option<&str>,
@@ -164,8 +310,8 @@ pub fn forwarded_headers(
                 .get("authorization")
                 .filter(|v| !is_spendgate_key("authorization", v))
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-                .and_then(|k| HeaderValue::from_str(k.trim()).ok());
+                .and_then(strip_bearer)
+                .and_then(|k| HeaderValue::from_str(k).ok());
             if let Some(key) = native.or(bearer).filter(|_| client_keys) {
                 out.push((HeaderName::from_static("x-goog-api-key"), key));
             }
@@ -199,39 +345,18 @@ thread_local! {
     static CLIENT: RefCell<Option<awc::Client>> = const { RefCell::new(None) };
 }
 
-/// This worker's pooled client (keep-alive connections are reused per worker).
+/// This worker's pooled client (keep-alive connections are reused per worker), with
+/// the operator's trust store and proxy settings (`crate::net`).
 pub fn client(config: &Config) -> awc::Client {
     CLIENT.with(|c| c.borrow_mut().get_or_insert_with(|| build_client(config)).clone())
 }
 
 fn build_client(config: &Config) -> awc::Client {
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-    let connector = awc::Connector::new()
-        .timeout(config.upstream_connect_timeout)
-        .conn_keep_alive(Duration::from_secs(90))
-        .limit(0);
-    let connector = match tls {
-        Ok(mut tls) => {
-            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-            connector.rustls_0_23(Arc::new(tls))
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "TLS setup failed; HTTPS upstreams will fail");
-            connector
-        }
-    };
     // No client-wide timeout: awc would apply it to the whole response body too, and a
     // stream may rightly last longer. The proxy times the head and each chunk itself.
-    awc::Client::builder()
-        .connector(connector)
-        .disable_timeout()
-        .disable_redirects()
-        .no_default_headers()
-        .finish()
+    let mut options = crate::net::Options::new(config.upstream_connect_timeout);
+    options.keep_alive = Duration::from_secs(90);
+    crate::net::client(&options)
 }
 
 #[cfg(test)]
@@ -254,7 +379,7 @@ mod tests {
     #[test]
     fn anthropic_version_defaults_and_gemini_key_moves() {
         let inbound = HeaderMap::new();
-        let h = forwarded_headers(Route::Messages, &inbound, None, &Credential::Client);
+        let h = forwarded_headers(Route::Messages, &inbound, None, &Credential::Client, None);
         assert_eq!(
             h,
             vec![(HeaderName::from_static("anthropic-version"), HeaderValue::from_static("2023-06-01"))]
@@ -262,7 +387,7 @@ mod tests {
         let mut inbound = HeaderMap::new();
         inbound.insert(HeaderName::from_static("authorization"), HeaderValue::from_static("Bearer g-key"));
         inbound.insert(HeaderName::from_static("x-service-key"), HeaderValue::from_static("secret"));
-        let h = forwarded_headers(Route::GenerateContent, &inbound, None, &Credential::Client);
+        let h = forwarded_headers(Route::GenerateContent, &inbound, None, &Credential::Client, None);
         assert_eq!(h, vec![(HeaderName::from_static("x-goog-api-key"), HeaderValue::from_static("g-key"))]);
     }
 
@@ -272,18 +397,33 @@ mod tests {
         let mut inbound = HeaderMap::new();
         inbound.insert(HeaderName::from_static("authorization"), svc.clone());
         inbound.insert(HeaderName::from_static("x-api-key"), HeaderValue::from_static("sk-ant-own"));
-        let h = forwarded_headers(Route::Messages, &inbound, None, &Credential::Client);
+        let h = forwarded_headers(Route::Messages, &inbound, None, &Credential::Client, None);
         assert!(h.iter().all(|(_, v)| v != svc), "{h:?}");
         assert!(h.iter().any(|(n, v)| n == "x-api-key" && v == "sk-ant-own"));
         let stored = Credential::Stored(
             HeaderName::from_static("x-api-key"),
             HeaderValue::from_static("sk-ant-stored"),
         );
-        let h = forwarded_headers(Route::Messages, &inbound, None, &stored);
+        let h = forwarded_headers(Route::Messages, &inbound, None, &stored, None);
         let keys: Vec<_> = h.iter().filter(|(n, _)| n == "x-api-key" || n == "authorization").collect();
         assert_eq!(keys.len(), 1);
         assert_eq!(keys[0].1, "sk-ant-stored");
-        let h = forwarded_headers(Route::ChatCompletions, &inbound, None, &Credential::Absent);
+        let h = forwarded_headers(Route::ChatCompletions, &inbound, None, &Credential::Absent, None);
         assert!(h.iter().all(|(n, _)| n != "authorization"));
+    }
+
+    #[test]
+    fn a_key_header_gets_the_bearer_key_alone() {
+        let mut inbound = HeaderMap::new();
+        inbound.insert(HeaderName::from_static("authorization"), HeaderValue::from_static("Bearer az-key"));
+        let h =
+            forwarded_headers(Route::ChatCompletions, &inbound, None, &Credential::Client, Some("api-key"));
+        assert_eq!(h, vec![(HeaderName::from_static("api-key"), HeaderValue::from_static("az-key"))]);
+        let mut inbound = HeaderMap::new();
+        inbound.insert(HeaderName::from_static("x-api-key"), HeaderValue::from_static("k"));
+        let h =
+            forwarded_headers(Route::Messages, &inbound, None, &Credential::Client, Some("authorization"));
+        assert!(h.contains(&(HeaderName::from_static("authorization"), HeaderValue::from_static("Bearer k"))));
+        assert!(!h.iter().any(|(n, _)| n == "x-api-key"), "{h:?}");
     }
 }

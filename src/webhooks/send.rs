@@ -1,7 +1,6 @@
 //! One signed webhook call: the HTTP client (checked resolver, no redirects, a
 //! timeout) and the request with its headers.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::webhooks::schedule::{classify, Attempt};
@@ -12,37 +11,17 @@ pub const USER_AGENT: &str = "Service-Webhooks/1.0";
 /// The most of a response body kept for `responsePreview`.
 pub const PREVIEW_CHARS: usize = 500;
 
-/// A client whose connections go only to addresses the target rules allow.
+/// A client whose connections go only to addresses the target rules allow (through
+/// the operator's proxy too: the name is vetted before the tunnel is asked for).
 /// `awc::Client` is not `Send`: build one per thread (per actor arbiter or worker).
 pub fn client(dev: bool, timeout: Duration) -> awc::Client {
-    let tcp =
-        actix_tls::connect::Connector::new(actix_tls::connect::Resolver::custom(target::CheckedResolver {
-            dev,
-        }))
-        .service();
-    let connector =
-        awc::Connector::new().connector(tcp).timeout(timeout).conn_keep_alive(Duration::from_secs(30));
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-    let connector = match tls {
-        Ok(mut tls) => {
-            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-            connector.rustls_0_23(Arc::new(tls))
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "TLS setup failed; HTTPS webhook targets will fail");
-            connector
-        }
-    };
-    awc::Client::builder()
-        .connector(connector)
-        .timeout(timeout)
-        .disable_redirects()
-        .no_default_headers()
-        .finish()
+    let resolver = actix_tls::connect::Resolver::custom(target::CheckedResolver { dev });
+    crate::net::client(&crate::net::Options {
+        connect_timeout: timeout,
+        keep_alive: Duration::from_secs(30),
+        timeout: Some(timeout),
+        resolver: Some(resolver),
+    })
 }
 
 /// One call to make.

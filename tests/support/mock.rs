@@ -14,8 +14,10 @@
 //!   the bookkeeping endpoints under `/v1/responses/` (see [`responses`]);
 //! - `POST /v1/embeddings`: OpenAI embeddings (usage `prompt_tokens` = `usage.input`).
 //!
-//! Anything else is a JSON 404. Every request (404s included) is recorded, in arrival
-//! order, once its head and body have arrived: see [`MockUpstream::requests`].
+//! One lower-case base-path segment before the version (`/or/v1/chat/completions`) is
+//! ignored, for upstreams whose base URL has a path. Anything else is a JSON 404.
+//! Every request (404s included) is recorded, in arrival order, once its head and body
+//! have arrived: see [`MockUpstream::requests`].
 //!
 //! # Steering the mock
 //!
@@ -296,7 +298,18 @@ fn route(req: &HttpRequest) -> Option<Route> {
     if req.method() != actix_web::http::Method::POST {
         return None;
     }
-    match req.path() {
+    // One base-path segment before the version (`/or/v1/...`) is ignored, for an
+    // upstream configured with a base URL that has a path.
+    let path = req.path();
+    let path = match path.get(1..).and_then(|p| p.split_once('/')) {
+        Some((segment, rest))
+            if segment.bytes().all(|b| b.is_ascii_lowercase()) && rest.starts_with("v1") =>
+        {
+            &path[segment.len() + 1..]
+        }
+        _ => path,
+    };
+    match path {
         "/v1/chat/completions" => Some(Route::OpenAi),
         "/v1/responses" => Some(Route::Responses),
         "/v1/embeddings" => Some(Route::Embeddings),

@@ -5,10 +5,12 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod connect_proxy;
 pub mod mock;
 pub mod processor;
 pub mod python;
 pub mod receiver;
+pub mod tls;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
