@@ -50,18 +50,17 @@ fn audit_entry<'a>(row: &'a ProviderCredential, actor: &'a str, action: &'a str)
 /// Stores `new` as the organization's credential for its upstream. When one exists,
 /// its secret (and name, when `new` has one) is replaced and its id kept: a rotation.
 /// A concurrent store for the same upstream turns into an update by the unique index.
+///
+/// The transaction begins with its write: on SQLite a deferred transaction that read
+/// first cannot take the write lock once another process wrote in between (busy at
+/// once, without the busy timeout's wait), so whether a row existed is told by the id
+/// the upsert returns, not by a read before it.
 pub async fn store(
     pool: &Pool,
     new: ProviderCredential,
     actor: &str,
 ) -> DbResult<(ProviderCredential, Stored)> {
     with_tx!(pool, |conn| {
-        let existed: i64 = provider_credentials::table
-            .filter(provider_credentials::org_id.eq(&new.org_id))
-            .filter(provider_credentials::upstream.eq(&new.upstream))
-            .count()
-            .get_result(conn)
-            .await?;
         let row: ProviderCredential = diesel::insert_into(provider_credentials::table)
             .values(&new)
             .on_conflict((provider_credentials::org_id, provider_credentials::upstream))
@@ -79,7 +78,7 @@ pub async fn store(
             .returning(ProviderCredential::as_returning())
             .get_result(conn)
             .await?;
-        let stored = if existed > 0 { Stored::Rotated } else { Stored::Created };
+        let stored = if row.id == new.id { Stored::Created } else { Stored::Rotated };
         let action = match stored {
             Stored::Created => actions::PROVIDER_CREDENTIAL_CREATED,
             Stored::Rotated => actions::PROVIDER_CREDENTIAL_ROTATED,
