@@ -134,6 +134,7 @@ pub type DbResult<T> = Result<T, DbError>;
 pub struct SqlitePools {
     read: DeadPool<SqliteConn>,
     write: DeadPool<SqliteConn>,
+    path: std::sync::Arc<str>,
 }
 
 impl SqlitePools {
@@ -143,6 +144,11 @@ impl SqlitePools {
 
     pub async fn write(&self) -> DbResult<Object<SqliteConn>> {
         self.write.get().await.map_err(DbError::unavailable)
+    }
+
+    /// The database file's path, as the URL gave it (`:memory:` for an in-memory one).
+    pub fn path(&self) -> &str {
+        &self.path
     }
 }
 
@@ -156,6 +162,12 @@ impl PgPool {
 
     pub async fn write(&self) -> DbResult<Object<PgConn>> {
         self.0.get().await.map_err(DbError::unavailable)
+    }
+
+    /// A connection taken out of the pool for good, for a session that must outlive
+    /// any request (a session lock); the pool opens another in its place.
+    pub async fn detached(&self) -> DbResult<PgConn> {
+        Ok(Object::take(self.write().await?))
     }
 }
 
@@ -275,7 +287,11 @@ impl Pool {
                         .build()
                         .map_err(|e| e.to_string())
                 };
-                Ok(Pool::Sqlite(SqlitePools { read: build(max_connections.max(1))?, write: build(1)? }))
+                Ok(Pool::Sqlite(SqlitePools {
+                    read: build(max_connections.max(1))?,
+                    write: build(1)?,
+                    path: path.into(),
+                }))
             }
             Some(Backend::Postgres) => {
                 let manager = AsyncDieselConnectionManager::<PgConn>::new(url);
