@@ -14,6 +14,9 @@
 //! (F: actix-web and awc like spendgate, forwarding the body and streaming the answer
 //! back, nothing else: what this stack pays for the hop), and through the proxy (B):
 //!
+//! - stalls: each target alone at concurrency 1, back to back for a few seconds (like
+//!   `wrk -c1`), with p50, p99, p99.9, the maximum and every call over 10 ms (see
+//!   [`stalls`]);
 //! - latency at concurrency 1 (the targets taking turns in blocks), and the proxy's own
 //!   `x-service-overhead-ms` and `Server-Timing` phases;
 //! - time to first body byte of a streamed answer, concurrency 1;
@@ -32,7 +35,8 @@
 //!
 //! Run: `cargo bench --bench proxy` (env `PROXY_BENCH_REQUESTS`, default 5000;
 //! `PROXY_BENCH_SECONDS`, default 5; `PROXY_BENCH_CLIENTS`, default 32;
-//! `PROXY_BENCH_LOG`, default `warn`; `PROXY_BENCH_FIXED_BODY=1`, see [`body`]).
+//! `PROXY_BENCH_LOG`, default `warn`; `PROXY_BENCH_FIXED_BODY=1`, see [`body`];
+//! `PROXY_BENCH_STALL_SECONDS`, default 10, 0 skips the stalls phase).
 //!
 //! `PROXY_BENCH_MODE=soak cargo bench --bench proxy`: the soak run instead (see
 //! [`soak`]; `PROXY_BENCH_SOAK_SECONDS`, default 300; `PROXY_BENCH_SOAK_CLIENTS`,
@@ -42,6 +46,8 @@
 mod nginx;
 #[path = "proxy/soak.rs"]
 mod soak;
+#[path = "proxy/stalls.rs"]
+mod stalls;
 
 use std::error::Error;
 use std::io::{BufRead, BufReader};
@@ -527,15 +533,16 @@ fn label(name: &str) -> &'static str {
 
 /// One line per target: p50, p90, p99 and what it adds over the mock (A, first).
 fn print_latency(title: &str, targets: &[&Target], hs: &[Histogram<u64>]) {
-    println!("{title:<36}      p50      p90      p99  added p50  added p99");
+    println!("{title:<36}      p50      p90      p99    p99.9  added p50  added p99");
     for (t, h) in targets.iter().zip(hs) {
         println!(
-            "{:<2} {:<32} {:>8} {:>8} {:>8} {:>10} {:>10}",
+            "{:<2} {:<32} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}",
             t.name,
             label(t.name),
             pct(h, 0.5),
             pct(h, 0.9),
             pct(h, 0.99),
+            pct(h, 0.999),
             added(h, &hs[0], 0.5),
             added(h, &hs[0], 0.99)
         );
@@ -653,6 +660,11 @@ async fn run() -> Result<(), BoxError> {
         if fixed_body() { "fixed body, loop detection off" } else { "distinct bodies, loop detection on" }
     );
     let load_start = load_average();
+    let stall_seconds: u64 = env_or("PROXY_BENCH_STALL_SECONDS", 10);
+    let stall_runs = stalls::measure(&http, &targets, stall_seconds).await?;
+    proxied += stall_runs.iter().filter(|r| r.is_proxy()).map(stalls::Run::calls).sum::<u64>();
+    let wrk_runs = stalls::wrk(&targets, stall_seconds)?;
+    proxied += wrk_runs.iter().map(stalls::Wrk::proxied).sum::<u64>();
     let lat = latency(&http, &targets, n, false).await?;
     proxied += 2 * n as u64;
     let overhead = lat.overhead.ok_or("the proxy sent no x-service-overhead-ms header")?;
@@ -671,6 +683,9 @@ async fn run() -> Result<(), BoxError> {
     }
     let load_end = load_average();
 
+    println!();
+    stalls::print(&stall_runs, stall_seconds);
+    stalls::print_wrk(&wrk_runs, stall_seconds);
     println!();
     print_latency("latency, concurrency 1 (µs)", &targets, &lat.targets);
     let lat_above = above_floor(&targets, &lat.targets);
@@ -727,6 +742,7 @@ async fn run() -> Result<(), BoxError> {
         "bench": "proxy",
         "requests": n, "clients": clients, "seconds": seconds, "fixed_body": fixed_body(),
         "load_average": [load_start, load_end],
+        "stalls_c1_us": stalls::summary(&stall_runs),
         "latency_us": per_target(&lat.targets),
         "latency_above_floor_us": lat_above.map(|(p50, p99)| json!({ "p50": p50, "p99": p99 })),
         "overhead_header_us": { "p50": pct(&overhead, 0.5), "p99": pct(&overhead, 0.99) },

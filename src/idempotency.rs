@@ -11,8 +11,8 @@
 //! across restarts and across instances.
 //!
 //! A claim records the process that owns it. After a crash its claims would block
-//! retries: a claim whose owner has no fresh heartbeat (see [`crate::instances`]) is
-//! taken over at once. This process's own claims are never taken over (its requests
+//! retries: a claim whose owner is gone (its process lock is free, or it has no
+//! fresh heartbeat; see [`crate::instances`]) is taken over at once. This process's own claims are never taken over (its requests
 //! release them); another live process's after [`ABANDONED_AFTER_MS`], as a safety
 //! net, like claims written before owners were recorded.
 
@@ -214,7 +214,7 @@ async fn abandoned(pool: &Pool, claim: &IdempotencyRecord, instance: &str, now: 
     let old = now - claim.created_at > ABANDONED_AFTER_MS;
     match claim.owner_instance.as_deref() {
         Some(owner) if owner == instance => Ok(false),
-        Some(owner) => Ok(old || !crate::instances::is_alive(pool, owner, now).await?),
+        Some(owner) => Ok(old || crate::instances::is_gone(pool, owner, now).await?),
         None => Ok(old),
     }
 }

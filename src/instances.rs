@@ -1,7 +1,10 @@
 //! The heartbeat of live processes: each process refreshes its row in `instances`
 //! every [`HEARTBEAT_EVERY`]. A process whose row is older than [`STALE_AFTER_MS`]
-//! (or absent) is dead, and what it claimed (idempotency claims) is taken over at
-//! once instead of after a timeout.
+//! (or absent) is dead, and what it claimed (idempotency claims) is taken over.
+//! Each process also holds a lock that ends with it (see [`lock`]), so a crash is
+//! seen at once rather than after [`STALE_AFTER_MS`].
+
+pub mod lock;
 
 use std::time::Duration;
 
@@ -64,10 +67,24 @@ async fn forget_silent(pool: &Pool) -> DbResult<usize> {
     })
 }
 
-/// Beats once now (so this process is alive before it serves), then keeps beating
-/// on the current runtime; also prunes long-silent rows and expired idempotency
-/// records.
+/// Whether process `id` is gone: its lock is free, or (when its lock says nothing)
+/// it has not beaten within [`STALE_AFTER_MS`] of `now`.
+pub async fn is_gone(pool: &Pool, id: &str, now: i64) -> DbResult<bool> {
+    match lock::probe(pool, id).await? {
+        lock::Owner::Gone => Ok(true),
+        lock::Owner::Alive | lock::Owner::Unknown => Ok(!is_alive(pool, id, now).await?),
+    }
+}
+
+/// Takes this process's lock and beats once now (so this process is alive before it
+/// serves), then keeps beating on the current runtime, holding the lock; also prunes
+/// long-silent rows and expired idempotency records.
 pub async fn start(pool: Pool, id: String, started_at: i64) -> DbResult<()> {
+    // Without its lock a process is still correct, only seen dead later (heartbeat).
+    let mut held = lock::take(&pool, &id).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "could not take the process lock; a crash is noticed by the heartbeat only");
+        lock::Held::Nothing
+    });
     beat(&pool, &id, started_at).await?;
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
@@ -77,12 +94,16 @@ pub async fn start(pool: Pool, id: String, started_at: i64) -> DbResult<()> {
             if let Err(e) = beat(&pool, &id, started_at).await {
                 tracing::warn!(error = %e, "heartbeat failed");
             }
+            if let Err(e) = lock::keep(&pool, &id, &mut held).await {
+                tracing::warn!(error = %e, "could not take the process lock again");
+            }
             beats = beats.wrapping_add(1);
             // About every ten minutes.
             if beats.is_multiple_of(300) {
                 if let Err(e) = forget_silent(&pool).await {
                     tracing::warn!(error = %e, "could not prune instances");
                 }
+                lock::forget_gone(&pool, time::now_ms() - FORGET_AFTER_MS);
                 if let Err(e) = crate::idempotency::purge_expired(&pool).await {
                     tracing::warn!(error = %e, "could not purge idempotency records");
                 }

@@ -451,3 +451,37 @@ async fn a_dead_servers_idempotency_claim_is_taken_over_at_once() {
     let r = post_with_key(&sdk, "mine", &body).await;
     assert_eq!((r.status, r.code()), (503, "request_in_progress"), "{r:?}");
 }
+
+/// A server killed (SIGKILL) while a request of it held an idempotency claim, its
+/// heartbeat still fresh: the restarted server runs the retry at once, because the
+/// dead process's lock is free (it used to wait about 8 s, until the heartbeat went
+/// stale). A live peer's claim is still respected, and taken over as soon as that
+/// peer is killed.
+#[tokio::test]
+async fn a_retry_after_a_kill_runs_at_once_and_a_live_peers_claim_holds() {
+    let mut app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "sdk").await;
+    let body = event(42).to_string();
+    insert_claim(&app, &raw, "in-flight", &body, "(SELECT id FROM instances)").await;
+    app.server.kill();
+    // However long the restart takes, the dead process's heartbeat looks fresh: only
+    // its free lock can tell that it is gone.
+    let fresh = now_ms() + 60_000;
+    app.exec_sql(&format!("UPDATE instances SET last_seen = {fresh}")).await;
+    app.restart();
+    let sdk = key_client(&app.server.control, &raw);
+    let r = post_with_key(&sdk, "in-flight", &body).await;
+    assert_eq!(r.status, 201, "{r:?}");
+
+    // A second live process on the same database, holding a claim.
+    let mut peer = crate::support::Server::start(&app.db.url, &app.extra_env);
+    insert_claim(&app, &raw, "peer", &body, "(SELECT id FROM instances ORDER BY started_at DESC LIMIT 1)")
+        .await;
+    let r = post_with_key(&sdk, "peer", &body).await;
+    assert_eq!((r.status, r.code()), (503, "request_in_progress"), "{r:?}");
+    peer.kill();
+    app.exec_sql(&format!("UPDATE instances SET last_seen = {fresh}")).await;
+    let r = post_with_key(&sdk, "peer", &body).await;
+    assert_eq!(r.status, 201, "{r:?}");
+}

@@ -14,6 +14,7 @@ pub mod actions;
 pub mod audit;
 pub mod bindings;
 pub mod budgets;
+pub mod checkpoint;
 pub mod cost_event_queries;
 pub mod cost_event_scans;
 pub mod cost_events;
@@ -135,6 +136,7 @@ pub type DbResult<T> = Result<T, DbError>;
 pub struct SqlitePools {
     read: DeadPool<SqliteConn>,
     write: DeadPool<SqliteConn>,
+    path: std::sync::Arc<str>,
 }
 
 impl SqlitePools {
@@ -144,6 +146,11 @@ impl SqlitePools {
 
     pub async fn write(&self) -> DbResult<Object<SqliteConn>> {
         self.write.get().await.map_err(DbError::unavailable)
+    }
+
+    /// The database file's path, as the URL gave it (`:memory:` for an in-memory one).
+    pub fn path(&self) -> &str {
+        &self.path
     }
 }
 
@@ -157,6 +164,12 @@ impl PgPool {
 
     pub async fn write(&self) -> DbResult<Object<PgConn>> {
         self.0.get().await.map_err(DbError::unavailable)
+    }
+
+    /// A connection taken out of the pool for good, for a session that must outlive
+    /// any request (a session lock); the pool opens another in its place.
+    pub async fn detached(&self) -> DbResult<PgConn> {
+        Ok(Object::take(self.write().await?))
     }
 }
 
@@ -233,18 +246,6 @@ const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = 
      PRAGMA temp_store = MEMORY; PRAGMA mmap_size = 268435456; PRAGMA wal_autocheckpoint = 0; \
      PRAGMA journal_size_limit = 67108864;";
 
-/// How often the background checkpointer copies the WAL back into the database.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
-/// WAL frames (pages) past which the checkpointer makes the log start over: 8 MiB.
-const WAL_RESTART_FRAMES: i64 = 2_048;
-
-/// A row of `PRAGMA wal_checkpoint`.
-#[derive(diesel::QueryableByName)]
-struct Checkpoint {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    log: i64,
-}
-
 fn sqlite_manager(path: &str) -> AsyncDieselConnectionManager<SqliteConn> {
     let mut config = ManagerConfig::<SqliteConn>::default();
     config.custom_setup = Box::new(|url: &str| {
@@ -276,7 +277,11 @@ impl Pool {
                         .build()
                         .map_err(|e| e.to_string())
                 };
-                Ok(Pool::Sqlite(SqlitePools { read: build(max_connections.max(1))?, write: build(1)? }))
+                Ok(Pool::Sqlite(SqlitePools {
+                    read: build(max_connections.max(1))?,
+                    write: build(1)?,
+                    path: path.into(),
+                }))
             }
             Some(Backend::Postgres) => {
                 let manager = AsyncDieselConnectionManager::<PgConn>::new(url);
@@ -300,43 +305,11 @@ impl Pool {
         }
     }
 
-    /// Starts background maintenance. On SQLite: WAL checkpoints. They would
-    /// otherwise run inside the writer's commit every 1,000 pages (with an fsync),
-    /// which profiling showed as a fifth of group-commit time; a PASSIVE checkpoint
-    /// on a reader connection never blocks the writer.
+    /// Starts background maintenance. On SQLite: WAL checkpoints (see [`checkpoint`]).
     pub fn start_maintenance(&self) {
-        let Pool::Sqlite(pools) = self else { return };
-        let pools = pools.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
-            loop {
-                tick.tick().await;
-                let result = async {
-                    let mut conn = pools.read().await?;
-                    let passive: Vec<Checkpoint> = diesel_async::RunQueryDsl::load(
-                        diesel::sql_query("PRAGMA wal_checkpoint(PASSIVE)"),
-                        &mut conn,
-                    )
-                    .await?;
-                    // Under sustained writes a PASSIVE checkpoint never catches up with the
-                    // end of the log, so the writer never starts the WAL over and the file
-                    // grows without bound (new blocks: allocation and zeroing in every
-                    // commit). Past a size, a RESTART checkpoint waits briefly for the
-                    // writer and the readers, so that the next commit starts the log over.
-                    if passive.first().is_some_and(|c| c.log > WAL_RESTART_FRAMES) {
-                        conn.batch_execute("PRAGMA busy_timeout = 100").await?;
-                        let restart = conn.batch_execute("PRAGMA wal_checkpoint(RESTART)").await;
-                        conn.batch_execute("PRAGMA busy_timeout = 5000").await?;
-                        restart?;
-                    }
-                    Ok::<_, DbError>(())
-                }
-                .await;
-                if let Err(e) = result {
-                    tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
-                }
-            }
-        });
+        if let Pool::Sqlite(pools) = self {
+            checkpoint::start(pools.clone());
+        }
     }
 
     /// A trivial round trip: readiness means the database answers.
