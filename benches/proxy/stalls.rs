@@ -104,7 +104,7 @@ pub fn summary(runs: &[Run]) -> Value {
 
 impl Run {
     pub fn is_proxy(&self) -> bool {
-        self.name == "B"
+        through_spendgate(self.name)
     }
 
     pub fn calls(&self) -> u64 {
@@ -122,7 +122,7 @@ pub struct Wrk {
 impl Wrk {
     /// Requests wrk sent through the proxy (they are recorded like any other).
     pub fn proxied(&self) -> u64 {
-        if self.name == "B" {
+        if through_spendgate(self.name) {
             self.requests
         } else {
             0
@@ -201,4 +201,10 @@ fn which(name: &str) -> Option<std::path::PathBuf> {
         .split(':')
         .map(|dir| std::path::Path::new(dir).join(name))
         .find(|p| p.is_file())
+}
+
+/// Whether a target's calls go through spendgate (and so leave a cost event): the chat
+/// route (B) and the Responses route (R).
+fn through_spendgate(name: &str) -> bool {
+    matches!(name, "B" | "R")
 }
