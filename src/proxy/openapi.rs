@@ -216,35 +216,60 @@ fn create_embeddings() {}
 #[utoipa::path(get, path = "/v1/responses/{response_id}", tag = "proxy", security(("serviceKey" = [])),
     params(("response_id" = String, Path, description = "The provider's response id")),
     responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
-        (status = 401, description = "unauthorized")))]
+        (status = "4XX", description = "Our errors in the envelope (unauthorized, validation_error for an \
+            odd response id, forbidden, invalid_upstream, not_found), or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json")))))]
 fn retrieve_response() {}
 
 /// Deletes a stored response; passed through, not charged.
 #[utoipa::path(delete, path = "/v1/responses/{response_id}", tag = "proxy", security(("serviceKey" = [])),
     params(("response_id" = String, Path, description = "The provider's response id")),
     responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
-        (status = 401, description = "unauthorized")))]
+        (status = "4XX", description = "Our errors in the envelope (unauthorized, validation_error for an \
+            odd response id, forbidden, invalid_upstream, not_found), or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json")))))]
 fn delete_response() {}
 
 /// Cancels a background response; passed through, not charged.
 #[utoipa::path(post, path = "/v1/responses/{response_id}/cancel", tag = "proxy", security(("serviceKey" = [])),
     params(("response_id" = String, Path, description = "The provider's response id")),
     responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
-        (status = 401, description = "unauthorized")))]
+        (status = "4XX", description = "Our errors in the envelope (unauthorized, validation_error for an \
+            odd response id, forbidden, invalid_upstream, not_found), or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json")))))]
 fn cancel_response() {}
 
 /// Lists a response's input items; passed through, not charged.
 #[utoipa::path(get, path = "/v1/responses/{response_id}/input_items", tag = "proxy", security(("serviceKey" = [])),
     params(("response_id" = String, Path, description = "The provider's response id")),
     responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
-        (status = 401, description = "unauthorized")))]
+        (status = "4XX", description = "Our errors in the envelope (unauthorized, validation_error for an \
+            odd response id, forbidden, invalid_upstream, not_found), or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json")))))]
 fn list_response_input_items() {}
 
 /// Counts a prospective request's input tokens; passed through, not charged.
 #[utoipa::path(post, path = "/v1/responses/input_tokens", tag = "proxy", security(("serviceKey" = [])),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses((status = 200, description = "The provider's answer, passed through", body = ProviderBody),
-        (status = 401, description = "unauthorized")))]
+        (status = "4XX", description = "Our errors in the envelope (unauthorized, validation_error for an \
+            odd response id, forbidden, invalid_upstream, not_found), or the provider's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
+            upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
+            content((ProviderBody = "application/json")))))]
 fn count_response_input_tokens() {}
 
 /// Pre-call budget check of a tool call; reserves nothing.
