@@ -15,9 +15,6 @@ use moka::sync::Cache;
 use crate::config::Config;
 use crate::db::{self, DbError, Pool};
 
-/// The built-in upstreams a credential may be stored for.
-pub const BUILT_IN_UPSTREAMS: [&str; 3] = ["openai", "anthropic", "gemini"];
-
 /// Characters of a secret kept in clear as `secretPrefix` (never more than a
 /// quarter of the secret).
 const PREFIX_CHARS: usize = 8;

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::auth::keys::RAW_KEY_PREFIX;
 use crate::auth::session::SessionAuth;
-use crate::credentials::{self, BUILT_IN_UPSTREAMS};
+use crate::credentials;
 use crate::db;
 use crate::db::models::ProviderCredential;
 use crate::db::provider_credentials::Stored;
@@ -79,7 +79,7 @@ fn check_body(state: &AppState, body: &StoreCredentialBody) -> Result<Option<Str
     if !credentials::is_credential_upstream(&state.config, &body.upstream) {
         issues.push(
             &["upstream"],
-            format!("must be one of {} or a configured upstream's name", BUILT_IN_UPSTREAMS.join(", ")),
+            format!("must be one of {}", state.config.configured_upstream_names().join(", ")),
         );
     }
     let secret = &body.secret;
