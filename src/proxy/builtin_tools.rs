@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::usage::BuiltinCall;
 use crate::pricing::{PricingTable, Provider};
+use crate::util::validate::MAX_TAG_VALUE;
 
 /// Code interpreter calls are charged per container, not per call.
 const PER_CONTAINER: &str = "code_interpreter_call";
@@ -22,10 +23,23 @@ pub struct BuiltinCharge {
 }
 
 impl BuiltinCharge {
-    /// `web_search_call:2,file_search_call:1`, sorted by type; `None` without tools.
+    /// `file_search_call:1,web_search_call:2`, sorted by type; `None` without tools.
+    /// An upstream names the types, so the value stops at the last whole entry that
+    /// fits a tag value's bound rather than growing with whatever it reports.
     pub fn tag(&self) -> Option<String> {
-        let counts: Vec<String> = self.counts.iter().map(|(k, n)| format!("{k}:{n}")).collect();
-        (!counts.is_empty()).then(|| counts.join(","))
+        let mut tag = String::new();
+        for (kind, n) in &self.counts {
+            let entry = format!("{kind}:{n}");
+            let sep = usize::from(!tag.is_empty());
+            if tag.chars().count() + sep + entry.chars().count() > MAX_TAG_VALUE {
+                break;
+            }
+            if sep == 1 {
+                tag.push(',');
+            }
+            tag.push_str(&entry);
+        }
+        (!tag.is_empty()).then_some(tag)
     }
 }
 
@@ -82,5 +96,16 @@ mod tests {
         let c = charge(&table, Provider::OpenAi, &[call("image_generation_call", None)]);
         assert_eq!((c.cost, c.unpriced), (0, true));
         assert_eq!(charge(&table, Provider::OpenAi, &[]).tag(), None);
+    }
+
+    #[test]
+    fn the_tag_holds_whole_entries_within_a_tag_values_bound() {
+        let table = PricingTable::builtin().unwrap();
+        let kinds: Vec<String> = (0..100).map(|i| format!("tool_{i:03}_{}_call", "x".repeat(20))).collect();
+        let calls: Vec<BuiltinCall> = kinds.iter().map(|k| call(k, None)).collect();
+        let tag = charge(&table, Provider::OpenAi, &calls).tag().unwrap();
+        assert!(tag.chars().count() <= MAX_TAG_VALUE, "{} chars", tag.chars().count());
+        assert!(tag.split(',').all(|e| e.ends_with("_call:1")), "only whole entries: {tag}");
+        assert!(tag.starts_with("tool_000_"));
     }
 }

@@ -7,6 +7,8 @@
 //! it used) and `response.failed` when it carries usage. Its usage is the terminal
 //! event's `response.usage`.
 
+use std::collections::HashSet;
+
 use serde::Deserialize;
 
 use super::{remember, ProviderUsage, Text, ToolCall};
@@ -117,6 +119,9 @@ pub struct ResponsesUsage {
     usage: Option<Usage>,
     tool_calls: Vec<ToolCall>,
     builtin: Vec<BuiltinCall>,
+    /// Ids of the items counted so far: an item is reported more than once in a stream
+    /// (`response.output_item.done`, then again in the final `output`).
+    seen: HashSet<String>,
     done: bool,
 }
 
@@ -149,17 +154,24 @@ impl ResponsesUsage {
         let id = item.id.as_ref().map_or("", Text::as_str);
         if CLIENT_CALLS.contains(&kind) {
             let call_id = item.call_id.as_ref().map_or(id, Text::as_str);
-            if call_id.is_empty() || !self.tool_calls.iter().any(|c| c.id == call_id) {
+            if self.first_sighting(call_id) {
                 let name = item.name.as_ref().map_or(kind, Text::as_str);
                 self.tool_calls.push(ToolCall { id: call_id.to_owned(), name: name.to_owned() });
             }
-        } else if kind.ends_with("_call") && (id.is_empty() || !self.builtin.iter().any(|c| c.id == id)) {
+        } else if kind.ends_with("_call") && self.first_sighting(id) {
             self.builtin.push(BuiltinCall {
                 kind: kind.to_owned(),
                 id: id.to_owned(),
                 container: item.container_id.map(|c| c.0.into_owned()),
             });
         }
+    }
+}
+
+impl ResponsesUsage {
+    /// True the first time `id` is seen; an item without an id always counts.
+    fn first_sighting(&mut self, id: &str) -> bool {
+        id.is_empty() || self.seen.insert(id.to_owned())
     }
 }
 
