@@ -9,10 +9,16 @@ use super::{ModelPrice, TOKENS_PER_PRICE_UNIT};
 /// maximum.
 pub const DEFAULT_ESTIMATE_OUTPUT_TOKENS: u32 = 4_096;
 
-/// Bytes per token assumed by [`estimate`]: the usual rule of thumb for English text and
-/// JSON with common tokenizers. The whole request body is counted, JSON syntax included,
-/// which errs on the side of reserving too much.
-pub const ESTIMATE_BYTES_PER_TOKEN: u64 = 4;
+/// Bytes per token assumed by [`estimate`]: one, a safe upper bound (no tokenizer makes
+/// more tokens of a text than it has bytes), so that a densely tokenizing prompt (CJK
+/// text, code) can never settle above its reservation. The whole request body is
+/// counted, JSON syntax included, which errs on the side of reserving too much.
+pub const ESTIMATE_BYTES_PER_TOKEN: u64 = 1;
+
+/// Microdollars added to every estimate: a settled cost rounds each of its parts up
+/// (uncached, cached, both cache writes, output, reasoning), so it can exceed the
+/// rounded-up bound of its tokens by up to this much.
+pub const ROUNDING_SLACK: i64 = 5;
 
 /// Token counts of one call, normalised across providers so that [`cost`] has one
 /// formula. The usage parsers in `proxy::usage` produce it.
@@ -106,18 +112,67 @@ pub fn cost(price: &ModelPrice, usage: &Usage) -> CostBreakdown {
 /// - Always the normal tier: the estimate is settled to the actual cost afterwards.
 /// - Rounded up like [`cost`].
 pub fn estimate(price: &ModelPrice, prompt_bytes: usize, max_output_tokens: Option<u32>) -> i64 {
-    let prompt_bytes = u64::try_from(prompt_bytes).unwrap_or(u64::MAX);
-    let input_tokens = prompt_bytes.div_ceil(ESTIMATE_BYTES_PER_TOKEN);
-    let output_tokens = match (max_output_tokens, price.max_output_tokens) {
-        (Some(requested), Some(model_max)) => requested.min(model_max),
-        (Some(requested), None) => requested,
-        (None, Some(model_max)) => model_max,
-        (None, None) => DEFAULT_ESTIMATE_OUTPUT_TOKENS,
-    };
-    let output_price = price.output.max(price.reasoning_output_price());
-    let total = micros(&[(input_tokens, price.input)])
-        .saturating_add(micros(&[(u64::from(output_tokens), output_price)]));
-    total.max(1)
+    let bound = Bound::of(price, prompt_bytes);
+    bound.cost(bound.output_tokens(price, max_output_tokens)).max(1)
+}
+
+/// The safe upper bound of a call's cost before it is made: no more prompt tokens than
+/// the prompt has bytes, each at the highest price a prompt token can be charged (plain,
+/// cache write, long-context tier), and every output token at the highest output price
+/// (reasoning and long-context included). What an output bound of `n` tokens can cost
+/// at most is [`Bound::cost`]; the largest bound a sum pays for is [`Bound::tokens_for`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// `prompt tokens × input price`, in µ$ × 1,000,000 (exact).
+    input_exact: i128,
+    /// µ$ per million output tokens.
+    pub output_price: i64,
+}
+
+impl Bound {
+    pub fn of(price: &ModelPrice, prompt_bytes: usize) -> Self {
+        let prompt_bytes = u64::try_from(prompt_bytes).unwrap_or(u64::MAX);
+        let input_tokens = prompt_bytes.div_ceil(ESTIMATE_BYTES_PER_TOKEN);
+        let normal = price.rates(false);
+        let long = price.rates(price.has_long_context_tier());
+        let input_price = [normal.input, normal.cached, normal.cache_write_5m, normal.cache_write_1h, long.input, long.cached]
+            .into_iter()
+            .chain([long.cache_write_5m, long.cache_write_1h])
+            .fold(0, i64::max);
+        let output_price = [normal.output, normal.reasoning, long.output, long.reasoning].into_iter().fold(0, i64::max);
+        Bound { input_exact: i128::from(input_tokens) * i128::from(input_price), output_price }
+    }
+
+    /// The output tokens an estimate counts: the request's maximum capped at the model's,
+    /// else the model's, else [`DEFAULT_ESTIMATE_OUTPUT_TOKENS`].
+    pub fn output_tokens(&self, price: &ModelPrice, requested: Option<u32>) -> u32 {
+        match (requested, price.max_output_tokens) {
+            (Some(requested), Some(model_max)) => requested.min(model_max),
+            (Some(requested), None) => requested,
+            (None, Some(model_max)) => model_max,
+            (None, None) => DEFAULT_ESTIMATE_OUTPUT_TOKENS,
+        }
+    }
+
+    /// The most a call with this prompt and an output bound of `output_tokens` can settle
+    /// at, in µ$.
+    pub fn cost(&self, output_tokens: u32) -> i64 {
+        let exact = self.input_exact + i128::from(output_tokens) * i128::from(self.output_price.max(0));
+        clamp_to_i64(ceil_div(exact, TOKENS_PER_PRICE_UNIT)).saturating_add(ROUNDING_SLACK)
+    }
+
+    /// The largest output bound whose [`cost`](Self::cost) is at most `amount` µ$;
+    /// `None` when not even the prompt fits. A free output pays for `u32::MAX` tokens.
+    pub fn tokens_for(&self, amount: i64) -> Option<u32> {
+        let room = (i128::from(amount) - i128::from(ROUNDING_SLACK)) * TOKENS_PER_PRICE_UNIT - self.input_exact;
+        if room < 0 {
+            return None;
+        }
+        if self.output_price <= 0 {
+            return Some(u32::MAX);
+        }
+        Some(u32::try_from(room / i128::from(self.output_price)).unwrap_or(u32::MAX))
+    }
 }
 
 /// `ceil(Σ tokens × price / 1,000,000)`, exact in `i128`, negative prices counted as zero,
