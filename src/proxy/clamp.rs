@@ -25,6 +25,11 @@ use crate::state::AppState;
 /// The answer's header naming the output bound a clamped call was forwarded with.
 pub const HEADER: HeaderName = HeaderName::from_static("x-service-clamped-output-tokens");
 
+/// Bytes a clamp may add to a body (the longest inserted member,
+/// `"generationConfig":{"maxOutputTokens":4294967295},`), counted in every prompt bound
+/// so that it covers the body as forwarded.
+const SPLICE_BYTES: usize = 64;
+
 /// What a call is reserved for.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
@@ -42,7 +47,7 @@ pub struct Plan {
 /// The call's estimate and floor.
 pub fn plan(state: &AppState, a: &Admitted) -> Plan {
     let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.event_provider()));
-    let prompt_bytes = a.summary.input_bytes.unwrap_or(a.body.len());
+    let prompt_bytes = a.summary.input_bytes.unwrap_or(a.body.len().saturating_add(SPLICE_BYTES));
     let bound = Bound::of(&price, prompt_bytes);
     let full_tokens = bound.output_tokens(&price, a.summary.max_output_tokens);
     let min_tokens = state.config.min_clamped_output_tokens;
