@@ -42,9 +42,16 @@ async fn settled_spend(s: &crate::support::TestApp, owner: &Client, key_id: &str
     let mut last = (Value::Null, Value::Null);
     for _ in 0..200 {
         let list = owner.get("/api/budgets").await;
-        let b = list.body["data"].as_array().unwrap().iter().find(|b| b["entityId"] == key_id).cloned().unwrap();
+        let b =
+            list.body["data"].as_array().unwrap().iter().find(|b| b["entityId"] == key_id).cloned().unwrap();
         let status = s.control().get_with_key("/api/budgets/status", raw).await;
-        let live = status.body["entities"].as_array().unwrap().iter().find(|e| e["entityType"] == "api_key").cloned().unwrap();
+        let live = status.body["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["entityType"] == "api_key")
+            .cloned()
+            .unwrap();
         let spend = b["spendMicrodollars"].as_i64().unwrap();
         if spend > 0 && live["spendMicrodollars"].as_i64() == Some(spend) {
             return spend;
@@ -115,7 +122,8 @@ async fn every_route_streaming_or_not_is_clamped_to_the_room_left() {
         let before = s.mock.count();
         let r = send(&client, case.path, &case.body).await;
         assert_eq!(r.status, 200, "{}: {r:?}", case.name);
-        let n: u64 = r.header(CLAMPED).unwrap_or_else(|| panic!("{}: no clamp header", case.name)).parse().unwrap();
+        let n: u64 =
+            r.header(CLAMPED).unwrap_or_else(|| panic!("{}: no clamp header", case.name)).parse().unwrap();
         assert!(n >= 16, "{}: clamped to {n}", case.name);
         assert_eq!(s.mock.count(), before + 1);
         let sent = s.mock.last().json();
@@ -152,7 +160,8 @@ async fn calls_until_refusal_never_pass_the_limit_and_the_refusal_says_why_in_do
     assert!(admitted >= 4, "admitted {admitted}: {refusal:?}");
     assert!(clamped >= 1, "no call was clamped");
     let d = &refusal.body["error"]["details"];
-    let (reserved, room) = (d["reserved_microdollars"].as_i64().unwrap(), d["room_microdollars"].as_i64().unwrap());
+    let (reserved, room) =
+        (d["reserved_microdollars"].as_i64().unwrap(), d["room_microdollars"].as_i64().unwrap());
     let spend = settled_spend(&s.app, &s.owner, &key_id, &raw).await;
     assert_eq!(room, LIMIT - spend, "{d}");
     // Refused only when the room does not pay for the prompt and 16 output tokens.
@@ -166,7 +175,8 @@ async fn calls_until_refusal_never_pass_the_limit_and_the_refusal_says_why_in_do
 #[tokio::test]
 async fn without_exact_ceiling_the_refusal_names_the_reservation_the_room_and_the_way_out() {
     let s = setup().await;
-    s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 500_000 })).await;
+    s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 500_000 }))
+        .await;
     // gpt-5 without an output bound: 128,000 tokens at $10/M is $1.28.
     let body = json!({ "model": "gpt-5", "messages": [{ "role": "user", "content": "hi" }] });
     let r = s.send("/v1/chat/completions", &body, &[]).await;
@@ -185,13 +195,18 @@ async fn without_exact_ceiling_the_refusal_names_the_reservation_the_room_and_th
     let r = send(&client, "/v1/chat/completions", &body).await;
     assert_eq!(r.status, 200, "{r:?}");
     let n: u64 = r.header(CLAMPED).unwrap().parse().unwrap();
-    assert_eq!(s.mock.last().json()["max_completion_tokens"], n, "a reasoning model takes max_completion_tokens");
+    assert_eq!(
+        s.mock.last().json()["max_completion_tokens"],
+        n,
+        "a reasoning model takes max_completion_tokens"
+    );
 }
 
 #[tokio::test]
 async fn a_dense_prompt_never_settles_above_its_reservation() {
     let s = setup().await;
-    s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 10_000_000 })).await;
+    s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 10_000_000 }))
+        .await;
     let prompt = "東京の天気は？コード: fn main() { println!(\"{}\", 1 + 1); } ".repeat(40);
     for stream in [false, true] {
         let body = json!({ "model": "gpt-4o-mini", "messages": [{ "role": "user", "content": prompt }],
@@ -258,7 +273,10 @@ async fn exact_ceiling_is_a_strict_budget_setting_shown_everywhere() {
     assert!(r.text.contains("exactCeiling"), "{r:?}");
     let r = s
         .owner
-        .post("/api/budgets", json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 1_000 }))
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 1_000 }),
+        )
         .await;
     assert_eq!(r.body["exactCeiling"], false, "{r:?}");
     let r = s
@@ -286,7 +304,8 @@ async fn two_instances_with_200_concurrent_calls_never_pass_an_exact_ceiling() {
     }
     const LIMIT: i64 = 30_000;
     let mock = crate::support::mock::MockUpstream::start();
-    let env = [("SPENDGATE_UPSTREAM_OPENAI", mock.base.clone()), ("SPENDGATE_SHARED_BUDGETS", "1".to_owned())];
+    let env =
+        [("SPENDGATE_UPSTREAM_OPENAI", mock.base.clone()), ("SPENDGATE_SHARED_BUDGETS", "1".to_owned())];
     let app = crate::support::TestApp::start_with(&env).await;
     let owner = app.owner().await;
     let (key_id, raw) = create_key(&owner, "agent").await;
@@ -321,7 +340,8 @@ async fn two_instances_with_200_concurrent_calls_never_pass_an_exact_ceiling() {
                 }
                 (429, "budget_exceeded") => {
                     let d = &r.body["error"]["details"];
-                    let (room, floor) = (d["room_microdollars"].as_i64(), d["reserved_microdollars"].as_i64());
+                    let (room, floor) =
+                        (d["room_microdollars"].as_i64(), d["reserved_microdollars"].as_i64());
                     if !matches!((room, floor), (Some(room), Some(floor)) if room < floor) {
                         problems.lock().unwrap().push(format!("refused with room: {r:?}"));
                     }
@@ -336,7 +356,7 @@ async fn two_instances_with_200_concurrent_calls_never_pass_an_exact_ceiling() {
     let spend = settled_spend(&app, &owner, &key_id, &raw).await;
     let ok = ok.load(Ordering::Relaxed);
     assert!(spend <= LIMIT, "spend {spend} passed the limit {LIMIT} ({ok} calls)");
-    assert!(ok >= 50 && ok < 200, "admitted {ok}");
+    assert!((50..200).contains(&ok), "admitted {ok}");
     assert!(clamped.load(Ordering::Relaxed) >= 1, "no call was clamped");
     drop(second);
 }

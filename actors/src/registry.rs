@@ -62,8 +62,8 @@ use futures_util::future::join_all;
 
 use crate::budget::actor::{backoff, sweep_residents, BudgetActor, EventSink};
 use crate::budget::messages::{
-    Admit, Expired, RecordSpend, Refresh, Release, Reserve, Routed, Settle, SettleBatch, Shrink, Snapshot, Timed,
-    VelocityState,
+    Admit, Expired, RecordSpend, Refresh, Release, Reserve, Routed, Settle, SettleBatch, Shrink, Snapshot,
+    Timed, VelocityState,
 };
 use crate::budget::{Admission, BudgetSnapshot, Denial, LedgerEvent};
 use crate::store::{BudgetStore, EntityKey, SpendMark, StoreError};

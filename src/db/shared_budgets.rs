@@ -327,13 +327,18 @@ pub async fn acquire(
                     };
                     match r.floor.filter(|_| exact && r.policy == Policy::StrictBlock) {
                         Some(floor) => {
-                            let room = limit.saturating_sub(r.keep_free).saturating_sub(spend).saturating_sub(reserved);
+                            let room = limit
+                                .saturating_sub(r.keep_free)
+                                .saturating_sub(spend)
+                                .saturating_sub(reserved);
                             granted = grant(amount, floor, room).ok_or_else(denied)?;
                             if attempt >= GRANT_ATTEMPTS {
                                 return Err(denied());
                             }
                         }
-                        None if attempt >= 2 || !admits(r.policy, limit, spend, reserved, amount, r.keep_free) => {
+                        None if attempt >= 2
+                            || !admits(r.policy, limit, spend, reserved, amount, r.keep_free) =>
+                        {
                             return Err(denied());
                         }
                         None => {}

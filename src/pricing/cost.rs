@@ -102,15 +102,15 @@ pub fn cost(price: &ModelPrice, usage: &Usage) -> CostBreakdown {
 /// The pre-call estimate that is reserved on budgets before the upstream call, in µ$;
 /// always at least 1 so that every call reserves something.
 ///
-/// - Input tokens: `ceil(prompt_bytes / 4)` ([`ESTIMATE_BYTES_PER_TOKEN`]), billed at
-///   the plain input price (no cache discount is assumed).
+/// - Input tokens: one per prompt byte ([`ESTIMATE_BYTES_PER_TOKEN`]), billed at the
+///   highest price a prompt token can be charged (see [`Bound`]).
 /// - Output tokens: the request's maximum (`max_output_tokens`), capped at the model's
 ///   `max_output_tokens` when the table knows it (a larger request would be refused by the
 ///   provider); without a request maximum the model's `max_output_tokens`; without either
-///   [`DEFAULT_ESTIMATE_OUTPUT_TOKENS`]. Billed at the higher of the output and reasoning
-///   prices, since any of them may be reasoning.
-/// - Always the normal tier: the estimate is settled to the actual cost afterwards.
-/// - Rounded up like [`cost`].
+///   [`DEFAULT_ESTIMATE_OUTPUT_TOKENS`]. Billed at the highest output price (reasoning
+///   and the long-context tier included), since any of them may apply.
+/// - Rounded up once, plus [`ROUNDING_SLACK`]: never below what [`cost`] can charge for
+///   those tokens.
 pub fn estimate(price: &ModelPrice, prompt_bytes: usize, max_output_tokens: Option<u32>) -> i64 {
     let bound = Bound::of(price, prompt_bytes);
     bound.cost(bound.output_tokens(price, max_output_tokens)).max(1)
@@ -135,11 +135,20 @@ impl Bound {
         let input_tokens = prompt_bytes.div_ceil(ESTIMATE_BYTES_PER_TOKEN);
         let normal = price.rates(false);
         let long = price.rates(price.has_long_context_tier());
-        let input_price = [normal.input, normal.cached, normal.cache_write_5m, normal.cache_write_1h, long.input, long.cached]
-            .into_iter()
-            .chain([long.cache_write_5m, long.cache_write_1h])
-            .fold(0, i64::max);
-        let output_price = [normal.output, normal.reasoning, long.output, long.reasoning].into_iter().fold(0, i64::max);
+        let input_price = [
+            normal.input,
+            normal.cached,
+            normal.cache_write_5m,
+            normal.cache_write_1h,
+            long.input,
+            long.cached,
+        ]
+        .into_iter()
+        .chain([long.cache_write_5m, long.cache_write_1h])
+        .fold(0, i64::max);
+        let output_price =
+            [normal.output, normal.reasoning, long.output, long.reasoning].into_iter().fold(0, i64::max);
+        // u64::MAX × i64::MAX still fits in i128.
         Bound { input_exact: i128::from(input_tokens) * i128::from(input_price), output_price }
     }
 
@@ -157,14 +166,16 @@ impl Bound {
     /// The most a call with this prompt and an output bound of `output_tokens` can settle
     /// at, in µ$.
     pub fn cost(&self, output_tokens: u32) -> i64 {
-        let exact = self.input_exact + i128::from(output_tokens) * i128::from(self.output_price.max(0));
+        let output = i128::from(output_tokens) * i128::from(self.output_price.max(0));
+        let exact = self.input_exact.saturating_add(output);
         clamp_to_i64(ceil_div(exact, TOKENS_PER_PRICE_UNIT)).saturating_add(ROUNDING_SLACK)
     }
 
     /// The largest output bound whose [`cost`](Self::cost) is at most `amount` µ$;
     /// `None` when not even the prompt fits. A free output pays for `u32::MAX` tokens.
     pub fn tokens_for(&self, amount: i64) -> Option<u32> {
-        let room = (i128::from(amount) - i128::from(ROUNDING_SLACK)) * TOKENS_PER_PRICE_UNIT - self.input_exact;
+        let room = (i128::from(amount) - i128::from(ROUNDING_SLACK)) * TOKENS_PER_PRICE_UNIT;
+        let room = room.saturating_sub(self.input_exact);
         if room < 0 {
             return None;
         }
@@ -384,23 +395,28 @@ mod tests {
     // ---- estimate ----
 
     #[test]
-    fn estimate_uses_bytes_over_four_and_the_output_maximum() {
+    fn estimate_uses_a_token_per_byte_and_the_output_maximum() {
         let price = price(&builtin(), "openai", "gpt-4o"); // 2.50 / 10, max output 16,384
-                                                           // 4,001 bytes → 1,001 tokens → 2,502.5 µ$ → 2,503; 1,000 output tokens → 10,000.
-        assert_eq!(estimate(&price, 4_001, Some(1_000)), 2_503 + 10_000);
+        let slack = ROUNDING_SLACK;
+        // 4,001 bytes → 4,001 tokens → 10,002.5 µ$; 1,000 output tokens → 10,000; rounded up once.
+        assert_eq!(estimate(&price, 4_001, Some(1_000)), 20_003 + slack);
         // No request maximum: the model's.
-        assert_eq!(estimate(&price, 0, None), 163_840);
+        assert_eq!(estimate(&price, 0, None), 163_840 + slack);
         // A request maximum above the model's is capped.
-        assert_eq!(estimate(&price, 0, Some(1_000_000)), 163_840);
+        assert_eq!(estimate(&price, 0, Some(1_000_000)), 163_840 + slack);
         // Neither: 4,096 tokens.
-        assert_eq!(estimate(&ModelPrice::new(0, 1_000_000), 0, None), 4_096);
-        // Always at least 1 µ$.
-        assert_eq!(estimate(&ModelPrice::new(0, 0), 1_000, None), 1);
-        assert_eq!(estimate(&price, 0, Some(0)), 1);
+        assert_eq!(estimate(&ModelPrice::new(0, 1_000_000), 0, None), 4_096 + slack);
+        // Free: only the rounding slack.
+        assert_eq!(estimate(&ModelPrice::new(0, 0), 1_000, None), slack);
+        assert_eq!(estimate(&price, 0, Some(0)), slack);
         // Priced at the higher of output and reasoning.
         let mut reasoning = ModelPrice::new(0, 1_000_000);
         reasoning.reasoning_output = Some(3_000_000);
-        assert_eq!(estimate(&reasoning, 0, Some(10)), 30);
+        assert_eq!(estimate(&reasoning, 0, Some(10)), 30 + slack);
+        // The prompt at its highest price: a cache write above the plain input.
+        let mut cache = ModelPrice::new(1_000_000, 0);
+        cache.cache_write_1h = Some(2_000_000);
+        assert_eq!(estimate(&cache, 10, Some(0)), 20 + slack);
         assert_eq!(estimate(&ModelPrice::new(i64::MAX, i64::MAX), usize::MAX, Some(u32::MAX)), i64::MAX);
     }
 }

@@ -59,7 +59,10 @@ pub fn plan(state: &AppState, a: &Admitted) -> Plan {
 /// the bound cannot cover, and writes the output bound the grant pays for into the body
 /// when the request's own is absent or larger. Returns the bound written, if any.
 pub fn apply(a: &mut Admitted, reservation: &Reservation, plan: &Plan) -> Result<Option<u32>, ApiError> {
-    if !reservation.exact_ceiling() || a.route == Route::Embeddings {
+    // Less than the estimate granted means an `exactCeiling` budget decided, even one
+    // whose row changed before this instance's actor saw it.
+    let exact = reservation.exact_ceiling() || reservation.granted() < plan.estimate;
+    if !exact || a.route == Route::Embeddings {
         return Ok(None);
     }
     let format = a.route.format();
@@ -110,7 +113,8 @@ mod tests {
 
     #[test]
     fn the_tokens_a_grant_pays_for_never_cost_more_than_it() {
-        let price = ModelPrice { reasoning_output: Some(12_000_000), ..ModelPrice::new(1_250_000, 10_000_000) };
+        let price =
+            ModelPrice { reasoning_output: Some(12_000_000), ..ModelPrice::new(1_250_000, 10_000_000) };
         let bound = Bound::of(&price, 3_000);
         for granted in [ROUNDING_SLACK + 4, 4_000, 4_001, 10_000, 77_777, 1_000_000] {
             match bound.tokens_for(granted) {

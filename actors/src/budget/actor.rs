@@ -40,8 +40,8 @@ use tokio::time::MissedTickBehavior;
 
 use super::ledger::{BudgetLedger, LedgerEvent, ReserveRequest};
 use super::messages::{
-    Admit, CallFingerprint, Expired, Housekeep, RecordSpend, Refresh, Release, Reload, Reserve, Settle, Shrink,
-    SettleBatch, Snapshot, Tick, Timed, VelocityState,
+    Admit, CallFingerprint, Expired, Housekeep, RecordSpend, Refresh, Release, Reload, Reserve, Settle,
+    SettleBatch, Shrink, Snapshot, Tick, Timed, VelocityState,
 };
 use crate::registry::{ActorKey, Shared};
 use crate::store::{EntityKey, SpendMark, StoreError, StoredBudget};

@@ -13,7 +13,9 @@ use super::WireFormat;
 pub enum Clamp {
     Body(Vec<u8>),
     /// Anthropic extended thinking whose budget is not below the clamped bound.
-    ThinkingTooLarge { budget_tokens: u64 },
+    ThinkingTooLarge {
+        budget_tokens: u64,
+    },
     /// The body could not be spliced (not an object, escaped or duplicate keys).
     Unspliceable,
 }
@@ -200,7 +202,8 @@ const NON_TEXT_TYPES: &[&str] = &[
     "container_upload",
 ];
 /// Keys that carry non-text parts (Gemini) or an image by reference.
-const NON_TEXT_KEYS: &[&str] = &["inlineData", "inline_data", "fileData", "file_data", "image_url", "input_audio"];
+const NON_TEXT_KEYS: &[&str] =
+    &["inlineData", "inline_data", "fileData", "file_data", "image_url", "input_audio"];
 
 /// What in a request its size does not bound, named for the refusal: a non-text part,
 /// or a tool the provider runs and bills per call. `None`: text only, client tools only.
@@ -211,12 +214,16 @@ pub fn unbounded_part(format: WireFormat, body: &[u8]) -> Option<String> {
     }
     let tools = value.get("tools").and_then(Value::as_array);
     let provider_run = |t: &Value| match format {
-        WireFormat::OpenAiResponses | WireFormat::Anthropic => {
-            t.get("type").and_then(Value::as_str).filter(|k| !matches!(*k, "function" | "custom")).map(str::to_owned)
-        }
+        WireFormat::OpenAiResponses | WireFormat::Anthropic => t
+            .get("type")
+            .and_then(Value::as_str)
+            .filter(|k| !matches!(*k, "function" | "custom"))
+            .map(str::to_owned),
         WireFormat::Gemini => t
             .as_object()
-            .and_then(|o| o.keys().find(|k| !matches!(k.as_str(), "functionDeclarations" | "function_declarations")))
+            .and_then(|o| {
+                o.keys().find(|k| !matches!(k.as_str(), "functionDeclarations" | "function_declarations"))
+            })
             .cloned(),
         WireFormat::OpenAiChat | WireFormat::OpenAiEmbeddings => None,
     };
@@ -234,7 +241,8 @@ pub fn unbounded_part(format: WireFormat, body: &[u8]) -> Option<String> {
 fn non_text(value: &Value) -> Option<String> {
     match value {
         Value::Object(map) => {
-            if let Some(kind) = map.get("type").and_then(Value::as_str).filter(|k| NON_TEXT_TYPES.contains(k)) {
+            if let Some(kind) = map.get("type").and_then(Value::as_str).filter(|k| NON_TEXT_TYPES.contains(k))
+            {
                 return Some(kind.to_owned());
             }
             if let Some(key) = map.keys().find(|k| NON_TEXT_KEYS.contains(&k.as_str())) {
@@ -281,7 +289,10 @@ mod tests {
             r#"{"max_completion_tokens":64,"model":"gpt-5","messages":[]}"#
         );
         let b = br#"{"model":"gpt-4o"}"#;
-        assert_eq!(body(set_output_bound(WireFormat::OpenAiChat, b, "gpt-4o", 64)), r#"{"max_tokens":64,"model":"gpt-4o"}"#);
+        assert_eq!(
+            body(set_output_bound(WireFormat::OpenAiChat, b, "gpt-4o", 64)),
+            r#"{"max_tokens":64,"model":"gpt-4o"}"#
+        );
     }
 
     #[test]

@@ -303,7 +303,8 @@ impl BudgetLedger {
         // An exact-ceiling budget grants a request with a floor what its room pays for,
         // down to the floor; `None`: not even the floor fits. Every later check holds
         // what is granted, never more.
-        let flexible = request.floor.filter(|_| self.config.exact_ceiling && self.config.policy == Policy::StrictBlock);
+        let flexible =
+            request.floor.filter(|_| self.config.exact_ceiling && self.config.policy == Policy::StrictBlock);
         let granted = flexible.map(|floor| grant(full, floor, limit.saturating_sub(committed)));
         let estimate = granted.flatten().unwrap_or(full);
 

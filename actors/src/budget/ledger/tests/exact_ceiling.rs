@@ -22,7 +22,10 @@ fn the_room_left_when_only_part_fits_and_then_a_denial_below_the_floor() {
     let mut ledger = ledger(exact(1_000));
     ledger.reserve(&req(1, 700), T0).unwrap();
     let admission = ledger.reserve(&flexible(2, 5_000, 100), T0).unwrap();
-    assert_eq!((admission.granted, admission.snapshot.reserved, admission.snapshot.remaining), (300, 1_000, 0));
+    assert_eq!(
+        (admission.granted, admission.snapshot.reserved, admission.snapshot.remaining),
+        (300, 1_000, 0)
+    );
     ledger.settle(1, 650, T0);
     // 50 left: below the floor of 100.
     let denial = ledger.reserve(&flexible(3, 5_000, 100), T0).unwrap_err();
