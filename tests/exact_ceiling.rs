@@ -250,6 +250,12 @@ async fn what_the_prompt_size_does_not_bound_is_refused_on_an_exact_ceiling_budg
     assert_eq!((r.status, r.code()), (400, "invalid_input"), "{r:?}");
     assert_eq!(r.body["error"]["details"]["thinking_budget_tokens"], 4_000);
     assert_eq!(s.mock.count(), 0, "nothing was forwarded");
+    let denied = s.owner.get("/api/cost-events?limit=100&budgetStatus=denied").await;
+    assert_eq!(
+        denied.body["data"].as_array().map(Vec::len),
+        Some(3),
+        "each refusal leaves a record: {denied:?}"
+    );
     // Text within the room goes out untouched: no clamp, no header.
     let text = json!({ "model": "gpt-4o-mini", "max_tokens": 10, "messages": [{ "role": "user", "content": "hi" }] });
     let r = send(&client, "/v1/chat/completions", &text).await;

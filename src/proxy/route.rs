@@ -172,7 +172,17 @@ async fn proxy(
     let reservation = reserve(state, &admitted, &plan).await?;
     // An `exactCeiling` budget may have granted less than the estimate: the call is
     // clamped to it, and what it holds is its estimate from here on.
-    let clamped = clamp::apply(&mut admitted, &reservation, &plan)?;
+    let clamped = match clamp::apply(&mut admitted, &reservation, &plan) {
+        Ok(clamped) => clamped,
+        Err(err) => {
+            // Refused like a budget denial: a record, and the holds released.
+            reservation.release().await;
+            let details = serde_json::json!({ "code": err.code, "message": err.message });
+            let rows = vec![super::events::request_blocked(&admitted.call(), "budget", Some(details))];
+            super::denial::record(state, &admitted.refused(), rows).await;
+            return Err(err);
+        }
+    };
     let estimate = reservation.granted();
     let snapshots = reservation.snapshots();
     common.timing.budget = Some(budget_started.elapsed());
