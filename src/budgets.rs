@@ -60,6 +60,7 @@ pub fn config_of(row: &Budget) -> BudgetConfig {
         session_limit: row.session_limit_microdollars,
         finalization_reserve: row.finalization_reserve_microdollars.unwrap_or(0),
         loop_detection,
+        exact_ceiling: row.exact_ceiling,
     }
 }
 

@@ -55,6 +55,9 @@ pub struct Config {
     /// once; further calls wait in admission, so memory stays bounded when the proxy
     /// outpaces the accounting writer.
     pub max_unsettled_calls: usize,
+    /// The fewest output tokens worth forwarding a call clamped by an `exactCeiling`
+    /// budget for; with less room the call is refused.
+    pub min_clamped_output_tokens: u32,
     /// Pending actions one organization may hold (each is a live actor with a timer).
     pub max_pending_actions: i64,
     /// Tools (tool costs) one organization may hold.
@@ -183,6 +186,10 @@ pub const SETTINGS: &[(&str, &str)] = &[
     (
         "max_unsettled_calls",
         "proxied calls admitted and not yet recorded; more wait in admission (default 2048)",
+    ),
+    (
+        "min_clamped_output_tokens",
+        "fewest output tokens an exactCeiling budget clamps a call to before refusing it (default 16)",
     ),
     ("actor_idle_timeout_secs", "stop budget actors idle this long (default 600)"),
     ("actor_restart_backoff_ms", "first restart backoff of a failed actor (default 100)"),
@@ -319,6 +326,7 @@ impl Config {
             admission_deadline: Duration::from_millis(r.number("admission_deadline_ms", 5_000)?),
             max_waiting_reservations: r.positive("max_waiting_reservations", 10_000)?,
             max_unsettled_calls: r.positive("max_unsettled_calls", 2_048)?,
+            min_clamped_output_tokens: r.positive("min_clamped_output_tokens", 16)?,
             max_pending_actions: r.positive("max_pending_actions", 10_000)?,
             max_tool_costs: r.positive("max_tool_costs", 10_000)?,
             cost_event_retention_days: match r.optional("cost_event_retention_days") {

@@ -17,6 +17,9 @@ pub struct Metrics {
     /// Proxied calls charged at an estimate, by reason (`unknown_model`, `no_usage`,
     /// `cancelled`, `stream_error`).
     pub proxy_estimated: IntCounterVec,
+    /// Proxied calls that settled above what they had reserved (a prompt's non-text
+    /// parts or provider-run tools the estimate could not bound), and by how much.
+    pub proxy_over_reservation: IntCounterVec,
     /// Distinct (provider, model) pairs the price table does not know, counted when this
     /// process first sees each (the log names the model; see `pricing::unpriced`).
     pub unpriced_models: IntCounterVec,
@@ -60,6 +63,15 @@ impl Metrics {
         )
         .expect("valid counter");
         registry.register(Box::new(proxy_estimated.clone())).expect("unique counter");
+        let proxy_over_reservation = IntCounterVec::new(
+            Opts::new(
+                "proxy_over_reservation_total",
+                "Proxied calls that settled above their reservation (calls), and the excess (microdollars)",
+            ),
+            &["measure"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(proxy_over_reservation.clone())).expect("unique counter");
         let unpriced_models = IntCounterVec::new(
             Opts::new(
                 "unpriced_models_total",
@@ -104,6 +116,7 @@ impl Metrics {
             registry_figures: registry_gauges,
             proxy_requests,
             proxy_estimated,
+            proxy_over_reservation,
             unpriced_models,
             accounting,
             accounting_queue,

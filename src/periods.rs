@@ -133,6 +133,7 @@ mod tests {
             loop_aggregate_max_keys: None,
             created_at: 0,
             updated_at: 0,
+            exact_ceiling: false,
         }
     }
 

@@ -780,7 +780,7 @@ async fn status_shows_the_keys_user_and_key_entities() {
                 "remainingMicrodollars": 700, "policy": "strict_block", "resetInterval": "weekly",
                 "currentPeriodStart": user_budget["currentPeriodStart"], "thresholdPercentages": [50],
                 "velocityLimitMicrodollars": 100, "velocityWindowSeconds": 30, "velocityCooldownSeconds": 60,
-                "sessionLimitMicrodollars": 50, "finalizationReserveMicrodollars": 20,
+                "sessionLimitMicrodollars": 50, "finalizationReserveMicrodollars": 20, "exactCeiling": false,
             },
             {
                 // Spend past the limit (a warn budget) shows a remaining of 0, never negative.
@@ -789,7 +789,7 @@ async fn status_shows_the_keys_user_and_key_entities() {
                 "currentPeriodStart": null, "thresholdPercentages": [50, 80, 90, 95],
                 "velocityLimitMicrodollars": null, "velocityWindowSeconds": null,
                 "velocityCooldownSeconds": null, "sessionLimitMicrodollars": null,
-                "finalizationReserveMicrodollars": 0,
+                "finalizationReserveMicrodollars": 0, "exactCeiling": false,
             },
         ]}),
     );

@@ -24,8 +24,8 @@ const OUTPUT_PRICE: i64 = 600_000;
 const INPUT_TOKENS: i64 = 10;
 const OUTPUT_TOKENS: i64 = 20;
 /// ceil((10 × 150,000 + 20 × 600,000) / 1,000,000) = ceil(13.5) = 14 µ$. The estimate
-/// (prompt bytes / 4 at the input price plus `max_tokens` 50 at the output price,
-/// about 36 µ$) is between two and three times that.
+/// (a token per prompt byte at the input price plus `max_tokens` 50 at the output
+/// price, about 65 µ$) is between four and five times that.
 const ACTUAL: i64 = (INPUT_TOKENS * INPUT_PRICE + OUTPUT_TOKENS * OUTPUT_PRICE + 999_999) / 1_000_000;
 /// Room for about 20 calls at their actual cost.
 const LIMIT: i64 = 20 * ACTUAL;

@@ -13,6 +13,7 @@ mod cluster;
 mod cost_events;
 mod customers;
 mod dashboard;
+mod exact_ceiling;
 mod health;
 mod ingest;
 mod keys;

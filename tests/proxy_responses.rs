@@ -19,11 +19,12 @@ pub(crate) fn responses(extra: Value) -> Value {
     body
 }
 
-/// The estimate of a gpt-4o-mini call: the prompt at 4 bytes per token ($0.15/1M) and
-/// `max_output` tokens ($0.60/1M), each rounded up.
+/// The estimate of a gpt-4o-mini call, a safe upper bound: a token per prompt byte (and
+/// 64 bytes a clamp may add) at $0.15/1M and `max_output` tokens at $0.60/1M, rounded up,
+/// plus the 5 µ$ its parts' rounding may add.
 fn mini_estimate(prompt_bytes: usize, max_output: u64) -> i64 {
-    let input = u64::try_from(prompt_bytes.div_ceil(4)).unwrap();
-    i64::try_from((input * 150_000).div_ceil(1_000_000) + (max_output * 600_000).div_ceil(1_000_000)).unwrap()
+    let input = u64::try_from(prompt_bytes + 64).unwrap();
+    i64::try_from((input * 150_000 + max_output * 600_000).div_ceil(1_000_000)).unwrap() + 5
 }
 
 async fn one_event(s: &Setup) -> Value {
@@ -224,8 +225,9 @@ async fn embeddings_without_usage_are_charged_the_input_estimate() {
     let body = json!({ "model": "text-embedding-3-small", "input": input, "mock": { "no_usage": true } });
     s.send("/v1/embeddings", &body, &[]).await;
     let e = one_event(&s).await;
-    // The `input` value (4,002 bytes with its quotes) at 4 bytes per token, $0.02/1M.
-    let expected = i64::try_from((4_002u64.div_ceil(4) * 20_000).div_ceil(1_000_000)).unwrap();
+    // The `input` value (4,002 bytes with its quotes) at a token per byte, $0.02/1M,
+    // plus the 5 µ$ of rounding slack.
+    let expected = i64::try_from((4_002u64 * 20_000).div_ceil(1_000_000)).unwrap() + 5;
     assert_eq!(e["costMicrodollars"], expected, "{e}");
     assert_eq!(e["tags"]["_svc_no_usage"], "true");
 }

@@ -78,6 +78,7 @@ fn request(id: u64, full: bool) -> ReserveRequest<'static> {
         session_id: full.then_some(SESSIONS[index]),
         finalize: false,
         fingerprint: full.then_some(Fingerprint { provider: "openai", model: "gpt-4o", hash: id % 100 }),
+        floor: None,
     }
 }
 
@@ -159,6 +160,7 @@ fn reserve_message(reservation_id: u64) -> Reserve {
         finalize: false,
         fingerprint: None,
         now_ms: system_now_ms(),
+        floor: None,
     }
 }
 

@@ -62,8 +62,8 @@ use futures_util::future::join_all;
 
 use crate::budget::actor::{backoff, sweep_residents, BudgetActor, EventSink};
 use crate::budget::messages::{
-    Admit, Expired, RecordSpend, Refresh, Release, Reserve, Routed, Settle, SettleBatch, Snapshot, Timed,
-    VelocityState,
+    Admit, Expired, RecordSpend, Refresh, Release, Reserve, Routed, Settle, SettleBatch, Shrink, Snapshot,
+    Timed, VelocityState,
 };
 use crate::budget::{Admission, BudgetSnapshot, Denial, LedgerEvent};
 use crate::store::{BudgetStore, EntityKey, SpendMark, StoreError};
@@ -573,13 +573,19 @@ impl BudgetRegistry {
         request: &Reserve,
     ) -> Result<ReservationGuard, ReserveAllError> {
         let admissions = self.reserve_all(keys, request).await?;
-        Ok(ReservationGuard {
+        let mut guard = ReservationGuard {
             registry: self.clone(),
             reservation_id: request.reservation_id,
             keys: keys.to_vec(),
             admissions,
             armed: true,
-        })
+        };
+        // The tightest budget decides: every hold comes down to the smallest grant.
+        let smallest = guard.granted(request.estimate);
+        if smallest < request.estimate {
+            guard.shrink(smallest).await;
+        }
+        Ok(guard)
     }
 
     /// Settles `reservation_id` to `actual` on every live entity. Call it right after the
@@ -1150,6 +1156,28 @@ impl ReservationGuard {
     /// What each entity with a budget admitted (snapshots for response headers, events).
     pub fn admissions(&self) -> &[(EntityKey, Admission)] {
         &self.admissions
+    }
+
+    /// What every budget holds: the smallest grant among the admissions, `estimate`
+    /// when none granted less.
+    pub fn granted(&self, estimate: i64) -> i64 {
+        self.admissions.iter().map(|(_, a)| a.granted).fold(estimate, i64::min)
+    }
+
+    /// Lowers the reservation to `amount` on every entity that holds more (the call is
+    /// clamped to it), waiting until they have; the admissions' figures follow.
+    pub async fn shrink(&mut self, amount: i64) {
+        let holding: Vec<EntityKey> =
+            self.admissions.iter().filter(|(_, a)| a.granted > amount).map(|(k, _)| k.clone()).collect();
+        let shrink = Shrink { reservation_id: self.reservation_id, amount };
+        let queued = self.registry.enqueue_all(&holding, &shrink);
+        self.registry.answers(&holding, queued, |_| false).await;
+        for (_, admission) in &mut self.admissions {
+            let surplus = admission.granted.saturating_sub(amount).max(0);
+            admission.granted -= surplus;
+            admission.snapshot.reserved = admission.snapshot.reserved.saturating_sub(surplus);
+            admission.snapshot.remaining = admission.snapshot.remaining.saturating_add(surplus);
+        }
     }
 
     /// Settles the reservation to `actual` (already committed to storage) everywhere and

@@ -55,7 +55,7 @@ function budgetTable(budgets, velocity, { edit, changed }) {
       h('td', { class: 'num' }, usd(b.maxBudgetMicrodollars)),
       h('td', { class: 'num' }, usd(b.spendMicrodollars)),
       h('td', { class: 'num' }, usd(remaining)),
-      h('td', {}, b.policy),
+      h('td', {}, b.policy, b.exactCeiling ? h('br') : null, b.exactCeiling ? h('small', { class: 'muted' }, 'exact ceiling') : null),
       h('td', {}, b.resetInterval || 'never', b.currentPeriodStart ? h('br') : null, b.currentPeriodStart ? time(b.currentPeriodStart) : null),
       h('td', { 'data-velocity': b.id, 'data-limit': b.velocityLimitMicrodollars ?? '' }, velocityText(velocity.get(b.id), b.velocityLimitMicrodollars)),
       h('td', { class: 'row-actions' },
@@ -75,6 +75,7 @@ function budgetForm(session, signal, saved) {
   const limit = h('input', { type: 'text', inputmode: 'decimal', required: true, placeholder: '50.00' });
   const policy = select(POLICIES, 'strict_block');
   const reset = select(RESETS, '');
+  const exact = h('input', { type: 'checkbox' });
   const thresholds = h('input', { type: 'text', placeholder: '50, 80, 100' });
   const vLimit = h('input', { type: 'text', inputmode: 'decimal' });
   const vWindow = h('input', { type: 'number', min: 10, max: 3600 });
@@ -84,7 +85,9 @@ function budgetForm(session, signal, saved) {
   const el = h('form', { class: 'panel', hidden: true },
     heading,
     field('Entity type', type), field('Entity', entity, 'API key id, user id, key=value for a tag, or a customer id'), options,
-    field('Limit (USD)', limit), field('Policy', policy), field('Reset interval', reset),
+    field('Limit (USD)', limit), field('Policy', policy),
+    field('Exact ceiling', exact, 'Strict block only: a call the room left cannot pay in full is sent with its output bound cut to what the room pays for, instead of refused'),
+    field('Reset interval', reset),
     field('Alert thresholds (%)', thresholds, 'Comma-separated, ascending'),
     h('fieldset', {}, h('legend', {}, 'Velocity limit (optional)'),
       field('Velocity limit (USD)', vLimit), field('Window (seconds)', vWindow), field('Cooldown (seconds)', vCooldown)),
@@ -107,6 +110,7 @@ function budgetForm(session, signal, saved) {
     const max = parseUsd(limit.value);
     if (!max) { error.textContent = 'Limit (USD) must be a positive dollar amount, e.g. 50 or 12.50.'; limit.focus(); return; }
     const body = { entityType: type.value, entityId: entity.value.trim(), maxBudgetMicrodollars: max, policy: policy.value, resetInterval: reset.value || null };
+    body.exactCeiling = exact.checked && policy.value === 'strict_block';
     if (thresholds.value.trim()) body.thresholdPercentages = thresholds.value.split(',').map((t) => Number(t.trim()));
     if (vLimit.value.trim()) {
       body.velocityLimitMicrodollars = parseUsd(vLimit.value);
@@ -134,6 +138,7 @@ function budgetForm(session, signal, saved) {
     limit.value = b ? usdInput(b.maxBudgetMicrodollars) : '';
     policy.value = b?.policy || 'strict_block';
     reset.value = b?.resetInterval || '';
+    exact.checked = !!b?.exactCeiling;
     thresholds.value = b?.thresholdPercentages?.join(', ') || '';
     vLimit.value = b?.velocityLimitMicrodollars != null ? usdInput(b.velocityLimitMicrodollars) : '';
     vWindow.value = b?.velocityWindowSeconds ?? '';

@@ -91,6 +91,10 @@ pub struct UpsertBudgetBody {
     loop_window_seconds: Option<i64>,
     /// 1-1024; null = system default (5).
     loop_aggregate_max_keys: Option<i64>,
+    /// `strict_block` only (else 400 `validation_error`): a call whose full estimate
+    /// does not fit is admitted with its output bound clamped to what the room left
+    /// pays for, instead of refused. Default false.
+    exact_ceiling: Option<bool>,
 }
 
 /// A budget as the API shows it.
@@ -119,6 +123,8 @@ pub struct BudgetView {
     loop_max_calls: Option<i64>,
     loop_window_seconds: Option<i64>,
     loop_aggregate_max_keys: Option<i64>,
+    /// Calls are clamped to the room left instead of refused (strict budgets).
+    exact_ceiling: bool,
     created_at: String,
     updated_at: String,
 }
@@ -154,6 +160,7 @@ impl BudgetView {
             loop_max_calls: b.loop_max_calls,
             loop_window_seconds: b.loop_window_seconds,
             loop_aggregate_max_keys: b.loop_aggregate_max_keys,
+            exact_ceiling: b.exact_ceiling,
             created_at: time::iso(b.created_at),
             updated_at: time::iso(b.updated_at),
         }
@@ -192,6 +199,8 @@ pub struct EntityStatus {
     session_limit_microdollars: Option<i64>,
     /// 0 when unset.
     finalization_reserve_microdollars: i64,
+    /// Calls are clamped to the room left instead of refused (strict budgets).
+    exact_ceiling: bool,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -382,6 +391,10 @@ fn validate_upsert(body: UpsertBudgetBody, org_id: &str, now: i64) -> Result<Val
             format!("must be an integer from 1 to {MAX_LOOP_AGGREGATE_KEYS}"),
         );
     }
+    let exact_ceiling = body.exact_ceiling.unwrap_or(false);
+    if exact_ceiling && policy != Policy::StrictBlock {
+        issues.push(&["exactCeiling"], "can be true only on a strict_block budget");
+    }
     issues.finish()?;
     let (entity_id, ownership) = entity.ok_or_else(|| ApiError::internal("validated entity missing"))?;
 
@@ -414,6 +427,7 @@ fn validate_upsert(body: UpsertBudgetBody, org_id: &str, now: i64) -> Result<Val
         loop_aggregate_max_keys: body.loop_aggregate_max_keys,
         created_at: now,
         updated_at: now,
+        exact_ceiling,
     };
     Ok(ValidBudget { row, ownership })
 }
@@ -581,6 +595,7 @@ pub async fn get_budget_status(state: web::Data<AppState>, key: KeyAuth) -> Resu
                 velocity_cooldown_seconds: b.velocity_cooldown_seconds,
                 session_limit_microdollars: b.session_limit_microdollars,
                 finalization_reserve_microdollars: b.finalization_reserve_microdollars.unwrap_or(0),
+                exact_ceiling: b.exact_ceiling,
             }
         })
         .collect();

@@ -183,6 +183,7 @@ pub async fn upsert(pool: &Pool, row: Budget, max_budgets: Option<i64>) -> DbRes
                 budgets::loop_max_calls.eq(excluded(budgets::loop_max_calls)),
                 budgets::loop_window_seconds.eq(excluded(budgets::loop_window_seconds)),
                 budgets::loop_aggregate_max_keys.eq(excluded(budgets::loop_aggregate_max_keys)),
+                budgets::exact_ceiling.eq(excluded(budgets::exact_ceiling)),
                 budgets::updated_at.eq(excluded(budgets::updated_at)),
             ))
             .returning(Budget::as_returning())

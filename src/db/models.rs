@@ -121,6 +121,8 @@ pub struct Budget {
     pub loop_aggregate_max_keys: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Strict budgets only: clamp a call's output bound to the room left.
+    pub exact_ceiling: bool,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]

@@ -117,6 +117,7 @@ diesel::table! {
         created_at -> BigInt,
         updated_at -> BigInt,
         spend_seq -> BigInt,
+        exact_ceiling -> Bool,
     }
 }
 

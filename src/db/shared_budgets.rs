@@ -34,6 +34,7 @@
 
 use std::time::Duration;
 
+use actors::budget::ledger::grant;
 use actors::budget::Policy;
 use diesel::{ExpressionMethods, OptionalExtension, QueryDsl};
 
@@ -74,6 +75,10 @@ pub struct HoldRequest {
     pub policy: Policy,
     /// Finalization reserve to keep free (0 when `X-Service-Finalize` is honoured).
     pub keep_free: i64,
+    /// The least the call can be clamped to (see `exactCeiling`): a strict budget row
+    /// with `exact_ceiling` grants the room it has left, down to this. `None`: the
+    /// whole amount is needed.
+    pub floor: Option<i64>,
 }
 
 /// Why [`acquire`] held nothing.
@@ -214,6 +219,19 @@ macro_rules! free_reserved {
 }
 pub(crate) use free_reserved;
 
+/// What [`acquire`] held: one hold per budget row, each of `granted`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquired {
+    pub holds: Vec<SharedHold>,
+    /// The requests' amount, or less when an `exact_ceiling` budget granted less: the
+    /// tightest budget decides, and every hold is of this.
+    pub granted: i64,
+}
+
+/// Attempts per budget row when an `exact_ceiling` grant is taken by another
+/// transaction between the read of the room and the conditional UPDATE.
+const GRANT_ATTEMPTS: usize = 16;
+
 /// Holds `amount` on the budget of every request's entity, all or nothing, in ONE
 /// transaction. Budgets are updated in `(org_id, entity_type, entity_id)` order (see
 /// the module's lock order), each with a conditional UPDATE stating its policy's rule
@@ -221,15 +239,22 @@ pub(crate) use free_reserved;
 /// skipped. A row that refuses rolls everything back: [`AcquireError::Denied`] with
 /// its figures. Otherwise one `budget_reservations` row per updated budget is written
 /// (owned by `instance_id`, reaped after `expires_at`, epoch ms) and returned.
+///
+/// A request with a `floor` on a strict row with `exact_ceiling` is granted the room
+/// the row has left when the whole amount does not fit (down to the floor: less is a
+/// refusal). The same conditional UPDATE takes the grant, so two instances racing for
+/// the last room are serialized by the row lock as above; an UPDATE that lost the race
+/// reads the room again. Later rows are asked only for the grant so far, and rows
+/// updated before a smaller grant give their surplus back in the same transaction.
 pub async fn acquire(
     pool: &Pool,
     instance_id: &str,
     requests: &[HoldRequest],
     expires_at: i64,
-) -> Result<Vec<SharedHold>, AcquireError> {
-    if requests.is_empty() {
-        return Ok(Vec::new());
-    }
+) -> Result<Acquired, AcquireError> {
+    let Some(amount) = requests.iter().map(|r| r.amount).max() else {
+        return Ok(Acquired { holds: Vec::new(), granted: 0 });
+    };
     let mut ordered: Vec<&HoldRequest> = requests.iter().collect();
     ordered.sort_by(|a, b| {
         (&a.org_id, &a.entity_type, &a.entity_id).cmp(&(&b.org_id, &b.entity_type, &b.entity_id))
@@ -239,23 +264,28 @@ pub async fn acquire(
         use diesel_async::AsyncConnection as _;
         c.transaction::<_, AcquireError, _>(async |conn| {
             use diesel_async::RunQueryDsl;
-            let mut holds = Vec::with_capacity(ordered.len());
+            let mut holds: Vec<SharedHold> = Vec::with_capacity(ordered.len());
+            let mut granted = amount;
             for r in ordered.iter() {
                 // Two attempts: when the UPDATE matched nothing and the row read
                 // right after admits the hold after all (it was created, or another
                 // transaction freed room, in between), the UPDATE is tried once more.
+                // An exact-ceiling grant gets more (see above).
                 let mut budget_id = None;
-                for attempt in 0..2 {
+                let mut attempt = 0;
+                while attempt < GRANT_ATTEMPTS {
+                    attempt += 1;
+                    let amount = granted;
                     let entity = budgets::table
                         .filter(budgets::org_id.eq(&r.org_id))
                         .filter(budgets::entity_type.eq(&r.entity_type))
                         .filter(budgets::entity_id.eq(&r.entity_id));
                     let used = budgets::spend_microdollars + budgets::reserved_microdollars;
                     let room = budgets::max_budget_microdollars - r.keep_free;
-                    let add = budgets::reserved_microdollars.eq(budgets::reserved_microdollars + r.amount);
+                    let add = budgets::reserved_microdollars.eq(budgets::reserved_microdollars + amount);
                     let updated: Option<String> = match r.policy {
                         Policy::StrictBlock => {
-                            diesel::update(entity.filter((used + r.amount).le(room)))
+                            diesel::update(entity.filter((used + amount).le(room)))
                                 .set(add)
                                 .returning(budgets::id)
                                 .get_result(conn)
@@ -277,28 +307,53 @@ pub async fn acquire(
                         budget_id = updated;
                         break;
                     }
-                    let row: Option<(i64, i64, i64)> = entity
+                    let row: Option<(i64, i64, i64, bool)> = entity
                         .select((
                             budgets::max_budget_microdollars,
                             budgets::spend_microdollars,
                             budgets::reserved_microdollars,
+                            budgets::exact_ceiling,
                         ))
                         .first(conn)
                         .await
                         .optional()?;
-                    let Some((limit, spend, reserved)) = row else { break };
-                    if attempt == 1 || !admits(r.policy, limit, spend, reserved, r.amount, r.keep_free) {
-                        return Err(AcquireError::Denied {
-                            entity_type: r.entity_type.clone(),
-                            entity_id: r.entity_id.clone(),
-                            limit,
-                            spend,
-                            reserved,
-                        });
+                    let Some((limit, spend, reserved, exact)) = row else { break };
+                    let denied = || AcquireError::Denied {
+                        entity_type: r.entity_type.clone(),
+                        entity_id: r.entity_id.clone(),
+                        limit,
+                        spend,
+                        reserved,
+                    };
+                    match r.floor.filter(|_| exact && r.policy == Policy::StrictBlock) {
+                        Some(floor) => {
+                            let room = limit
+                                .saturating_sub(r.keep_free)
+                                .saturating_sub(spend)
+                                .saturating_sub(reserved);
+                            granted = grant(amount, floor, room).ok_or_else(denied)?;
+                            if attempt >= GRANT_ATTEMPTS {
+                                return Err(denied());
+                            }
+                        }
+                        None if attempt >= 2
+                            || !admits(r.policy, limit, spend, reserved, amount, r.keep_free) =>
+                        {
+                            return Err(denied());
+                        }
+                        None => {}
                     }
                 }
-                if let Some(budget_id) = budget_id {
-                    holds.push(SharedHold { id: ids::new_id(), budget_id, amount: r.amount });
+                let Some(budget_id) = budget_id else { continue };
+                holds.push(SharedHold { id: ids::new_id(), budget_id, amount: granted });
+            }
+            // Rows updated before a smaller grant give the surplus back (they are
+            // locked by this transaction already).
+            for hold in &mut holds {
+                let surplus = hold.amount - granted;
+                if surplus > 0 {
+                    free_reserved!(conn, &hold.budget_id, surplus, .await);
+                    hold.amount = granted;
                 }
             }
             for hold in &holds {
@@ -313,7 +368,7 @@ pub async fn acquire(
                     .execute(conn)
                     .await?;
             }
-            Ok(holds)
+            Ok(Acquired { holds, granted })
         })
         .await
     })

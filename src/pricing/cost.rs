@@ -9,10 +9,16 @@ use super::{ModelPrice, TOKENS_PER_PRICE_UNIT};
 /// maximum.
 pub const DEFAULT_ESTIMATE_OUTPUT_TOKENS: u32 = 4_096;
 
-/// Bytes per token assumed by [`estimate`]: the usual rule of thumb for English text and
-/// JSON with common tokenizers. The whole request body is counted, JSON syntax included,
-/// which errs on the side of reserving too much.
-pub const ESTIMATE_BYTES_PER_TOKEN: u64 = 4;
+/// Bytes per token assumed by [`estimate`]: one, a safe upper bound (no tokenizer makes
+/// more tokens of a text than it has bytes), so that a densely tokenizing prompt (CJK
+/// text, code) can never settle above its reservation. The whole request body is
+/// counted, JSON syntax included, which errs on the side of reserving too much.
+pub const ESTIMATE_BYTES_PER_TOKEN: u64 = 1;
+
+/// Microdollars added to every estimate: a settled cost rounds each of its parts up
+/// (uncached, cached, both cache writes, output, reasoning), so it can exceed the
+/// rounded-up bound of its tokens by up to this much.
+pub const ROUNDING_SLACK: i64 = 5;
 
 /// Token counts of one call, normalised across providers so that [`cost`] has one
 /// formula. The usage parsers in `proxy::usage` produce it.
@@ -96,28 +102,88 @@ pub fn cost(price: &ModelPrice, usage: &Usage) -> CostBreakdown {
 /// The pre-call estimate that is reserved on budgets before the upstream call, in µ$;
 /// always at least 1 so that every call reserves something.
 ///
-/// - Input tokens: `ceil(prompt_bytes / 4)` ([`ESTIMATE_BYTES_PER_TOKEN`]), billed at
-///   the plain input price (no cache discount is assumed).
+/// - Input tokens: one per prompt byte ([`ESTIMATE_BYTES_PER_TOKEN`]), billed at the
+///   highest price a prompt token can be charged (see [`Bound`]).
 /// - Output tokens: the request's maximum (`max_output_tokens`), capped at the model's
 ///   `max_output_tokens` when the table knows it (a larger request would be refused by the
 ///   provider); without a request maximum the model's `max_output_tokens`; without either
-///   [`DEFAULT_ESTIMATE_OUTPUT_TOKENS`]. Billed at the higher of the output and reasoning
-///   prices, since any of them may be reasoning.
-/// - Always the normal tier: the estimate is settled to the actual cost afterwards.
-/// - Rounded up like [`cost`].
+///   [`DEFAULT_ESTIMATE_OUTPUT_TOKENS`]. Billed at the highest output price (reasoning
+///   and the long-context tier included), since any of them may apply.
+/// - Rounded up once, plus [`ROUNDING_SLACK`]: never below what [`cost`] can charge for
+///   those tokens.
 pub fn estimate(price: &ModelPrice, prompt_bytes: usize, max_output_tokens: Option<u32>) -> i64 {
-    let prompt_bytes = u64::try_from(prompt_bytes).unwrap_or(u64::MAX);
-    let input_tokens = prompt_bytes.div_ceil(ESTIMATE_BYTES_PER_TOKEN);
-    let output_tokens = match (max_output_tokens, price.max_output_tokens) {
-        (Some(requested), Some(model_max)) => requested.min(model_max),
-        (Some(requested), None) => requested,
-        (None, Some(model_max)) => model_max,
-        (None, None) => DEFAULT_ESTIMATE_OUTPUT_TOKENS,
-    };
-    let output_price = price.output.max(price.reasoning_output_price());
-    let total = micros(&[(input_tokens, price.input)])
-        .saturating_add(micros(&[(u64::from(output_tokens), output_price)]));
-    total.max(1)
+    let bound = Bound::of(price, prompt_bytes);
+    bound.cost(bound.output_tokens(price, max_output_tokens)).max(1)
+}
+
+/// The safe upper bound of a call's cost before it is made: no more prompt tokens than
+/// the prompt has bytes, each at the highest price a prompt token can be charged (plain,
+/// cache write, long-context tier), and every output token at the highest output price
+/// (reasoning and long-context included). What an output bound of `n` tokens can cost
+/// at most is [`Bound::cost`]; the largest bound a sum pays for is [`Bound::tokens_for`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// `prompt tokens × input price`, in µ$ × 1,000,000 (exact).
+    input_exact: i128,
+    /// µ$ per million output tokens.
+    pub output_price: i64,
+}
+
+impl Bound {
+    pub fn of(price: &ModelPrice, prompt_bytes: usize) -> Self {
+        let prompt_bytes = u64::try_from(prompt_bytes).unwrap_or(u64::MAX);
+        let input_tokens = prompt_bytes.div_ceil(ESTIMATE_BYTES_PER_TOKEN);
+        let normal = price.rates(false);
+        let long = price.rates(price.has_long_context_tier());
+        let input_price = [
+            normal.input,
+            normal.cached,
+            normal.cache_write_5m,
+            normal.cache_write_1h,
+            long.input,
+            long.cached,
+        ]
+        .into_iter()
+        .chain([long.cache_write_5m, long.cache_write_1h])
+        .fold(0, i64::max);
+        let output_price =
+            [normal.output, normal.reasoning, long.output, long.reasoning].into_iter().fold(0, i64::max);
+        // u64::MAX × i64::MAX still fits in i128.
+        Bound { input_exact: i128::from(input_tokens) * i128::from(input_price), output_price }
+    }
+
+    /// The output tokens an estimate counts: the request's maximum capped at the model's,
+    /// else the model's, else [`DEFAULT_ESTIMATE_OUTPUT_TOKENS`].
+    pub fn output_tokens(&self, price: &ModelPrice, requested: Option<u32>) -> u32 {
+        match (requested, price.max_output_tokens) {
+            (Some(requested), Some(model_max)) => requested.min(model_max),
+            (Some(requested), None) => requested,
+            (None, Some(model_max)) => model_max,
+            (None, None) => DEFAULT_ESTIMATE_OUTPUT_TOKENS,
+        }
+    }
+
+    /// The most a call with this prompt and an output bound of `output_tokens` can settle
+    /// at, in µ$.
+    pub fn cost(&self, output_tokens: u32) -> i64 {
+        let output = i128::from(output_tokens) * i128::from(self.output_price.max(0));
+        let exact = self.input_exact.saturating_add(output);
+        clamp_to_i64(ceil_div(exact, TOKENS_PER_PRICE_UNIT)).saturating_add(ROUNDING_SLACK)
+    }
+
+    /// The largest output bound whose [`cost`](Self::cost) is at most `amount` µ$;
+    /// `None` when not even the prompt fits. A free output pays for `u32::MAX` tokens.
+    pub fn tokens_for(&self, amount: i64) -> Option<u32> {
+        let room = (i128::from(amount) - i128::from(ROUNDING_SLACK)) * TOKENS_PER_PRICE_UNIT;
+        let room = room.saturating_sub(self.input_exact);
+        if room < 0 {
+            return None;
+        }
+        if self.output_price <= 0 {
+            return Some(u32::MAX);
+        }
+        Some(u32::try_from(room / i128::from(self.output_price)).unwrap_or(u32::MAX))
+    }
 }
 
 /// `ceil(Σ tokens × price / 1,000,000)`, exact in `i128`, negative prices counted as zero,
@@ -329,23 +395,28 @@ mod tests {
     // ---- estimate ----
 
     #[test]
-    fn estimate_uses_bytes_over_four_and_the_output_maximum() {
+    fn estimate_uses_a_token_per_byte_and_the_output_maximum() {
         let price = price(&builtin(), "openai", "gpt-4o"); // 2.50 / 10, max output 16,384
-                                                           // 4,001 bytes → 1,001 tokens → 2,502.5 µ$ → 2,503; 1,000 output tokens → 10,000.
-        assert_eq!(estimate(&price, 4_001, Some(1_000)), 2_503 + 10_000);
+        let slack = ROUNDING_SLACK;
+        // 4,001 bytes → 4,001 tokens → 10,002.5 µ$; 1,000 output tokens → 10,000; rounded up once.
+        assert_eq!(estimate(&price, 4_001, Some(1_000)), 20_003 + slack);
         // No request maximum: the model's.
-        assert_eq!(estimate(&price, 0, None), 163_840);
+        assert_eq!(estimate(&price, 0, None), 163_840 + slack);
         // A request maximum above the model's is capped.
-        assert_eq!(estimate(&price, 0, Some(1_000_000)), 163_840);
+        assert_eq!(estimate(&price, 0, Some(1_000_000)), 163_840 + slack);
         // Neither: 4,096 tokens.
-        assert_eq!(estimate(&ModelPrice::new(0, 1_000_000), 0, None), 4_096);
-        // Always at least 1 µ$.
-        assert_eq!(estimate(&ModelPrice::new(0, 0), 1_000, None), 1);
-        assert_eq!(estimate(&price, 0, Some(0)), 1);
+        assert_eq!(estimate(&ModelPrice::new(0, 1_000_000), 0, None), 4_096 + slack);
+        // Free: only the rounding slack.
+        assert_eq!(estimate(&ModelPrice::new(0, 0), 1_000, None), slack);
+        assert_eq!(estimate(&price, 0, Some(0)), slack);
         // Priced at the higher of output and reasoning.
         let mut reasoning = ModelPrice::new(0, 1_000_000);
         reasoning.reasoning_output = Some(3_000_000);
-        assert_eq!(estimate(&reasoning, 0, Some(10)), 30);
+        assert_eq!(estimate(&reasoning, 0, Some(10)), 30 + slack);
+        // The prompt at its highest price: a cache write above the plain input.
+        let mut cache = ModelPrice::new(1_000_000, 0);
+        cache.cache_write_1h = Some(2_000_000);
+        assert_eq!(estimate(&cache, 10, Some(0)), 20 + slack);
         assert_eq!(estimate(&ModelPrice::new(i64::MAX, i64::MAX), usize::MAX, Some(u32::MAX)), i64::MAX);
     }
 }

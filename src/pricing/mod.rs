@@ -47,7 +47,8 @@ mod table;
 pub mod unpriced;
 
 pub use cost::{
-    cost, estimate, CostBreakdown, Usage, DEFAULT_ESTIMATE_OUTPUT_TOKENS, ESTIMATE_BYTES_PER_TOKEN,
+    cost, estimate, Bound, CostBreakdown, Usage, DEFAULT_ESTIMATE_OUTPUT_TOKENS, ESTIMATE_BYTES_PER_TOKEN,
+    ROUNDING_SLACK,
 };
 pub use price::{ModelPrice, DEFAULT_LONG_CONTEXT_THRESHOLD};
 pub use table::{PricingError, PricingTable};

@@ -156,6 +156,7 @@ fn customer_budget(org_id: &str, customer: &str, cap: i64, now: i64) -> Budget {
         loop_aggregate_max_keys: None,
         created_at: now,
         updated_at: now,
+        exact_ceiling: false,
     }
 }
 
@@ -257,6 +258,7 @@ async fn charge(ctx: &GateContext<'_>, decision_id: &str, customer: &EntityKey) 
         finalize: false,
         fingerprint: None,
         now_ms: now,
+        floor: None,
     };
     let call = call_of(ctx.key, GATE_PROVIDER, ctx.model(), now);
     let ask = Ask { keys: &keys, reserve: &reserve, call, refused: ctx.refused(Some(ctx.defer)) };

@@ -137,6 +137,41 @@ pub(crate) fn with_budget_headers(mut err: ApiError, snapshots: &[(EntityKey, Bu
     }
     err
 }
+/// Microdollars as dollars, exactly: `$0.500000`.
+pub(crate) fn dollars(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let abs = micros.unsigned_abs();
+    format!("{sign}${}.{:06}", abs / 1_000_000, abs % 1_000_000)
+}
+
+/// Why a budget refused, in words a person acts on: what the call would have reserved
+/// against the room left.
+fn why_refused(reserved: i64, room: i64, snapshot: &BudgetSnapshot) -> String {
+    if snapshot.exact_ceiling {
+        format!(
+            "even the call's prompt and minimum useful output would reserve {} and the budget has {} left",
+            dollars(reserved),
+            dollars(room)
+        )
+    } else if snapshot.policy == actors::budget::Policy::SoftBlock {
+        format!("its spend has reached the limit; the budget has {} left", dollars(room))
+    } else {
+        format!(
+            "this call would reserve {} (its prompt and output bound at the model's price) and the budget has {} left",
+            dollars(reserved),
+            dollars(room)
+        )
+    }
+}
+
+fn recovery(snapshot: &BudgetSnapshot) -> &'static str {
+    if snapshot.exact_ceiling || snapshot.policy != actors::budget::Policy::StrictBlock {
+        "Raise or reset the budget, or wait for its next period"
+    } else {
+        "Send a smaller output bound (max_tokens, max_output_tokens, maxOutputTokens), turn on exactCeiling on the budget to have calls clamped to the room left, or raise or reset the budget"
+    }
+}
+
 /// The 429 for a refused reservation, with the spec's code per entity and reason.
 pub(crate) fn denial_error(
     entity: &EntityKey,
@@ -156,20 +191,26 @@ pub(crate) fn denial_error(
     let err = match reason {
         DenialReason::BudgetExceeded => {
             let mut details = base;
-            details["recovery"] = json!("Raise or reset the budget, or wait for its next period");
+            let room = snapshot.effective_remaining().max(0);
+            details["reserved_microdollars"] = json!(estimate);
+            details["room_microdollars"] = json!(room);
+            details["exact_ceiling"] = json!(snapshot.exact_ceiling);
+            details["recovery"] = json!(recovery(snapshot));
+            let why = why_refused(estimate, room, snapshot);
             match entity.entity_type {
-                EntityType::Tag => {
-                    ApiError::new(ErrorCode::TagBudgetExceeded, format!("Tag budget {entity_name} exceeded"))
-                }
+                EntityType::Tag => ApiError::new(
+                    ErrorCode::TagBudgetExceeded,
+                    format!("Tag budget {entity_name} exceeded: {why}"),
+                ),
                 EntityType::Customer => {
                     details["customer_id"] = json!(entity.entity_id);
                     ApiError::new(
                         ErrorCode::CustomerBudgetExceeded,
-                        format!("Customer budget {entity_name} exceeded"),
+                        format!("Customer budget {entity_name} exceeded: {why}"),
                     )
                 }
                 EntityType::User | EntityType::ApiKey => {
-                    ApiError::new(ErrorCode::BudgetExceeded, format!("Budget {entity_name} exceeded"))
+                    ApiError::new(ErrorCode::BudgetExceeded, format!("Budget {entity_name} exceeded: {why}"))
                 }
             }
             .with_details(details)

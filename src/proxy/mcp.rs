@@ -177,6 +177,7 @@ pub async fn budget_check(
         finalize: false,
         fingerprint: None,
         now_ms: time::now_ms(),
+        floor: None,
     };
     let budget_of = |snapshots: &[(EntityKey, BudgetSnapshot)]| {
         tightest(snapshots).map(|(entity, s)| {
@@ -249,6 +250,7 @@ pub async fn record_event(
         finalize: false,
         fingerprint: None,
         now_ms: now,
+        floor: None,
     };
     let refused = Refused {
         key: &key,

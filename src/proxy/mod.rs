@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod builtin_tools;
+pub mod clamp;
 pub mod credential;
 pub mod customers;
 mod customers_doc;

@@ -121,12 +121,15 @@ pub struct McpRecorded {
     params(ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
-        (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming)",
+        (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming); \
+            `X-Service-Clamped-Output-Tokens: N` when an exactCeiling budget cut the output bound to N",
             content((ProviderBody = "application/json"), (String = "text/event-stream"))),
         (status = "4XX", description = "Our errors in the envelope (validation_error, invalid_json, invalid_upstream, \
             unauthorized, forbidden (also: the key requires stored provider credentials and the call brought \
             its own), mandate_violation, customer_not_allowed, payload_too_large, \
-            unsupported_media_type, rate_limit_exceeded and the enforcement codes with X-Service-Denied: 1), \
+            unsupported_media_type, rate_limit_exceeded, invalid_input when a budget with exactCeiling cannot \
+            bound the call (non-text parts, provider-run tools, a thinking budget above the clamped bound), \
+            and the enforcement codes with X-Service-Denied: 1), \
             or the provider's own error passed through", content((ProviderBody = "application/json"))),
         (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
             upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
@@ -140,7 +143,8 @@ fn chat_completions() {}
     params(ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
-        (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming)",
+        (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming); \
+            `X-Service-Clamped-Output-Tokens: N` when an exactCeiling budget cut the output bound to N",
             content((ProviderBody = "application/json"), (String = "text/event-stream"))),
         (status = "4XX", description = "Our errors in the envelope, or the provider's own error passed through",
             content((ProviderBody = "application/json"))),
@@ -189,7 +193,8 @@ fn gemini_stream() {}
     params(ProxyHeaders),
     request_body(content = ProviderBody, description = "The provider's request, passed through"),
     responses(
-        (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming)",
+        (status = 200, description = "The provider's answer (JSON, or `text/event-stream` when streaming); \
+            `X-Service-Clamped-Output-Tokens: N` when an exactCeiling budget cut the output bound to N",
             content((ProviderBody = "application/json"), (String = "text/event-stream"))),
         (status = "4XX", description = "Our errors in the envelope (as on /v1/chat/completions), \
             or the provider's own error passed through", content((ProviderBody = "application/json"))),

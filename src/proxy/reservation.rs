@@ -18,7 +18,7 @@ use serde_json::json;
 use super::denial::{self, denial_error, with_budget_headers, Refused};
 use super::events::{self, Call};
 use crate::budgets::{admission_error, ReservationTicket};
-use crate::db::shared_budgets::{self, AcquireError, HoldRequest, SharedHold};
+use crate::db::shared_budgets::{self, AcquireError, Acquired, HoldRequest, SharedHold};
 use crate::db::Pool;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -34,6 +34,9 @@ pub struct Reservation {
     guard: Option<ReservationGuard>,
     holds: Vec<SharedHold>,
     pool: Pool,
+    /// What every budget holds: the estimate, or less when an `exactCeiling` budget
+    /// granted the call only its room (the call is then clamped to it).
+    granted: i64,
 }
 
 /// What to reserve, and who asks (for the denial record).
@@ -52,7 +55,11 @@ impl Reservation {
         let guard = match registry.reserve_guarded(ask.keys, ask.reserve).await {
             Ok(guard) => guard,
             Err(ReserveAllError::Denied { key: entity, denial }) => {
-                let estimate = ask.reserve.estimate;
+                // An exact-ceiling budget refused even the floor.
+                let estimate = match ask.reserve.floor {
+                    Some(floor) if denial.snapshot.exact_ceiling => floor,
+                    _ => ask.reserve.estimate,
+                };
                 let err =
                     denial_error(&entity, &denial.reason, &denial.snapshot, estimate, ask.refused.session);
                 let mut rows = events::from_ledger(&ask.call, &entity, &denial.events);
@@ -79,9 +86,31 @@ impl Reservation {
         if !admitted.is_empty() {
             denial::record_events(state, admitted).await;
         }
-        let mut reservation = Reservation { guard: Some(guard), holds: Vec::new(), pool: state.pool.clone() };
-        reservation.holds = acquire_shared(state, reservation.admissions(), &ask).await?;
+        let granted = guard.granted(ask.reserve.estimate);
+        let mut reservation =
+            Reservation { guard: Some(guard), holds: Vec::new(), pool: state.pool.clone(), granted };
+        let acquired = acquire_shared(state, reservation.admissions(), &ask, granted).await?;
+        reservation.holds = acquired.holds;
+        if acquired.granted < reservation.granted {
+            // Another instance took room meanwhile: the database granted less.
+            reservation.granted = acquired.granted;
+            if let Some(guard) = reservation.guard.as_mut() {
+                guard.shrink(acquired.granted).await;
+            }
+        }
         Ok(reservation)
+    }
+
+    /// What every budget holds for the call: its estimate unless an `exactCeiling`
+    /// budget granted less.
+    pub fn granted(&self) -> i64 {
+        self.granted
+    }
+
+    /// Whether a budget with `exactCeiling` admitted the call: its cost must then be
+    /// bounded by what is held.
+    pub fn exact_ceiling(&self) -> bool {
+        self.admissions().iter().any(|(_, a)| a.snapshot.exact_ceiling)
     }
 
     /// What each entity with a budget admitted.
@@ -176,11 +205,12 @@ async fn acquire_shared(
     state: &AppState,
     admissions: &[(EntityKey, Admission)],
     ask: &Ask<'_>,
-) -> Result<Vec<SharedHold>, ApiError> {
+    amount: i64,
+) -> Result<Acquired, ApiError> {
+    let none = Acquired { holds: Vec::new(), granted: amount };
     if !state.config.shared_budgets {
-        return Ok(Vec::new());
+        return Ok(none);
     }
-    let amount = ask.reserve.estimate;
     let requests: Vec<HoldRequest> = admissions
         .iter()
         .filter(|(_, a)| a.snapshot.policy != Policy::Warn)
@@ -191,10 +221,11 @@ async fn acquire_shared(
             amount,
             policy: a.snapshot.policy,
             keep_free: if ask.reserve.finalize { 0 } else { a.snapshot.finalization_reserve },
+            floor: ask.reserve.floor,
         })
         .collect();
     if requests.is_empty() {
-        return Ok(Vec::new());
+        return Ok(none);
     }
     let timeout_ms = i64::try_from(state.config.upstream_timeout.as_millis()).unwrap_or(i64::MAX);
     let expires_at = time::now_ms().saturating_add(timeout_ms).saturating_add(SHARED_HOLD_MARGIN_MS);
@@ -221,7 +252,11 @@ async fn acquire_shared(
         return Err(ApiError::unavailable("shared budget refused an unknown entity"));
     };
     let entity = EntityKey::new(ask.call.org_id.to_owned(), entity_type, entity_id);
-    let err = denial_error(&entity, &DenialReason::BudgetExceeded, &snapshot, amount, None);
+    let shown = match ask.reserve.floor {
+        Some(floor) if snapshot.exact_ceiling => floor,
+        _ => amount,
+    };
+    let err = denial_error(&entity, &DenialReason::BudgetExceeded, &snapshot, shown, None);
     let rows = vec![
         events::exceeded(&ask.call, &entity, snapshot.limit, snapshot.committed(), amount),
         blocked(&ask.call, &err, &entity),

@@ -2,8 +2,9 @@
 //!
 //! 1. [`admission`](super::admission): rate limits and key, body, context, key policy,
 //!    plan cap.
-//! 2. Estimate: the model's price (or the conservative unknown-model price) applied to
-//!    the prompt's size and the output maximum.
+//! 2. Estimate ([`clamp`](super::clamp)): a safe upper bound, the model's highest prices
+//!    (or the conservative unknown-model price) applied to the prompt's bytes and the
+//!    output maximum; and the floor an `exactCeiling` budget may clamp the call down to.
 //! 3. [`reservation`](super::reservation): the estimate reserved on every matched
 //!    budget, all or nothing; one owner of every hold, whose drop releases them.
 //! 4. [`forward`](super::forward): the provider call.
@@ -25,6 +26,7 @@ use actors::budget::{BudgetSnapshot, Reserve};
 use actors::store::EntityKey;
 
 use super::admission::{self, Admitted};
+use super::clamp;
 use super::denial::{proximity, DENIED};
 use super::forward::{self, Forwarded};
 use super::meter::{Metered, Seen};
@@ -34,7 +36,7 @@ use super::trace::ResolvedTrace;
 use super::upstream::{self, Route};
 use crate::accounting::targets::entity_keys;
 use crate::error::{ApiError, ErrorCode};
-use crate::pricing::{self, Provider};
+use crate::pricing::Provider;
 use crate::state::AppState;
 
 /// Steps timed for `Server-Timing`.
@@ -163,11 +165,25 @@ async fn proxy(
     path_model: Option<String>,
     common: &mut Common,
 ) -> Result<HttpResponse, ApiError> {
-    let admitted = admission::admit(req, payload, state, route, path_model, common).await?;
-    let estimate = estimate(state, &admitted);
+    let mut admitted = admission::admit(req, payload, state, route, path_model, common).await?;
+    let plan = clamp::plan(state, &admitted);
 
     let budget_started = Instant::now();
-    let reservation = reserve(state, &admitted, estimate).await?;
+    let reservation = reserve(state, &admitted, &plan).await?;
+    // An `exactCeiling` budget may have granted less than the estimate: the call is
+    // clamped to it, and what it holds is its estimate from here on.
+    let clamped = match clamp::apply(&mut admitted, &reservation, &plan) {
+        Ok(clamped) => clamped,
+        Err(err) => {
+            // Refused like a budget denial: a record, and the holds released.
+            reservation.release().await;
+            let details = serde_json::json!({ "code": err.code, "message": err.message });
+            let rows = vec![super::events::request_blocked(&admitted.call(), "budget", Some(details))];
+            super::denial::record(state, &admitted.refused(), rows).await;
+            return Err(err);
+        }
+    };
+    let estimate = reservation.granted();
     let snapshots = reservation.snapshots();
     common.timing.budget = Some(budget_started.elapsed());
 
@@ -185,6 +201,9 @@ async fn proxy(
 
     let status = response.status();
     let mut builder = answer_head(&response, &admitted, &snapshots, estimate, common);
+    if let Some(n) = clamped {
+        builder.insert_header((clamp::HEADER, clamp::header_value(n)));
+    }
     if !status.is_success() {
         // Upstream errors pass through as they are; nothing was spent.
         state.metrics.proxy_requests.with_label_values(&[admitted.provider.as_str(), "upstream_error"]).inc();
@@ -257,21 +276,14 @@ fn client_gone(
     ApiError::new(ErrorCode::UpstreamError, "The client went away before the provider answered")
 }
 
-/// The call's estimate: the prompt's size (the whole body, or the billed part of it)
-/// and output maximum at the model's price, or at the conservative unknown-model price.
-fn estimate(state: &AppState, a: &Admitted) -> i64 {
-    let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.event_provider()));
-    let prompt_bytes = a.summary.input_bytes.unwrap_or(a.body.len());
-    pricing::estimate(&price, prompt_bytes, a.summary.max_output_tokens)
-}
-
-async fn reserve(state: &AppState, a: &Admitted, estimate: i64) -> Result<Reservation, ApiError> {
+async fn reserve(state: &AppState, a: &Admitted, plan: &clamp::Plan) -> Result<Reservation, ApiError> {
     let keys = entity_keys(&a.key, &a.effective_tags, a.customer.as_deref());
     let mut hasher = std::hash::DefaultHasher::new();
     a.body.hash(&mut hasher);
     let reserve = Reserve {
         reservation_id: state.budgets.registry().next_reservation_id(),
-        estimate,
+        estimate: plan.estimate,
+        floor: plan.floor,
         session_id: a.headers.session.as_deref().map(Arc::from),
         finalize: a.headers.finalize,
         fingerprint: Some(CallFingerprint {

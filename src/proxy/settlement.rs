@@ -20,6 +20,10 @@
 //! without a price makes the event `_svc_estimated` + `_svc_unpriced_builtin_tool`,
 //! never silently free.
 //!
+//! A call whose cost passed what it reserved (non-text parts or provider-run tools the
+//! estimate could not bound) is tagged `_svc_over_reservation` with the excess in µ$
+//! and counted in `proxy_over_reservation_total`.
+//!
 //! Every admitted call that reached the provider is charged: a client's reused request
 //! id correlates, it never deduplicates a call away.
 
@@ -37,6 +41,14 @@ use crate::db::models::CostEventBody;
 use crate::pricing::{self, Provider, Usage};
 use crate::state::AppState;
 use crate::util::time;
+
+/// Tag of a call that settled above its reservation: the excess in microdollars.
+pub const OVER_RESERVATION_TAG: &str = "_svc_over_reservation";
+
+/// How far a call's cost passed what it reserved, if it did.
+fn over_reservation(cost: i64, reserved: i64) -> Option<i64> {
+    (cost > reserved).then(|| cost - reserved)
+}
 
 /// What is needed to record and settle a call once its body has ended.
 pub struct Settlement {
@@ -106,6 +118,11 @@ impl Settlement {
         for reason in &charge.estimated {
             state.metrics.proxy_estimated.with_label_values(&[reason]).inc();
         }
+        if let Some(excess) = over_reservation(charge.cost, self.estimate) {
+            let over = &state.metrics.proxy_over_reservation;
+            over.with_label_values(&["calls"]).inc();
+            over.with_label_values(&["microdollars"]).inc_by(u64::try_from(excess).unwrap_or(0));
+        }
         let event = self.event(&seen, &charge);
         let request_id = a.headers.request_id.clone();
         let reservation = self.reservation;
@@ -131,6 +148,9 @@ impl Settlement {
         }
         if let Some(counts) = charge.tools.tag() {
             tags.insert("_svc_builtin_tool_calls".to_owned(), counts);
+        }
+        if let Some(excess) = over_reservation(charge.cost, self.estimate) {
+            tags.insert(OVER_RESERVATION_TAG.to_owned(), excess.to_string());
         }
         if a.provider == Provider::Google {
             if let Some(id) = &seen.response_id {

@@ -40,6 +40,8 @@
 //! | `tool_calls` | `false` | answer with a `get_weather` tool call |
 //! | `echo_headers` | `false` | non-streaming only: add a top-level `"received_headers"` object to the answer |
 //! | `builtin_tools` | `[]` | Responses: built-in tool items (`"web_search_call"`, ...) before the answer |
+//! | `honour_bound` | `false` | report at most as many output tokens as the request's output bound |
+//! | `input_from_bytes` | `false` | report the body's byte count as the prompt's tokens |
 //! | `terminal` | `"completed"` | Responses streams: end with `response.completed`, `"incomplete"` or `"failed"` (usage included unless `no_usage`) |
 //!
 //! `usage` is `{"input": P, "output": C, "cached": K, "reasoning": R, "cache_write_5m": W5,
@@ -281,6 +283,35 @@ impl Control {
     }
 }
 
+impl Control {
+    /// `"mock": {"honour_bound": true}`: output (and reasoning) tokens at most the
+    /// output bound the request states (`max_completion_tokens`, `max_tokens`,
+    /// `max_output_tokens`, `generationConfig.maxOutputTokens`), as a provider does.
+    /// `"input_from_bytes": true`: the prompt's tokens are the body's byte count, the
+    /// densest tokenization there can be.
+    fn honour(&mut self, request: &Value, body_len: usize) {
+        let m = &request["mock"];
+        if m["honour_bound"].as_bool() == Some(true) {
+            let bound = [
+                &request["max_completion_tokens"],
+                &request["max_tokens"],
+                &request["max_output_tokens"],
+                &request["generationConfig"]["maxOutputTokens"],
+            ]
+            .into_iter()
+            .filter_map(Value::as_u64)
+            .min();
+            if let Some(bound) = bound {
+                self.usage.output = self.usage.output.min(bound);
+                self.usage.reasoning = self.usage.reasoning.min(self.usage.output);
+            }
+        }
+        if m["input_from_bytes"].as_bool() == Some(true) {
+            self.usage.input = u64::try_from(body_len).unwrap_or(u64::MAX);
+        }
+    }
+}
+
 /// What a request asked for, per route.
 enum Route {
     OpenAi,
@@ -343,7 +374,8 @@ async fn handle(req: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> Htt
             .json(json!({ "error": { "message": message, "type": "not_found" } }));
     };
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let ctl = Control::from_body(&request);
+    let mut ctl = Control::from_body(&request);
+    ctl.honour(&request, body.len());
     if ctl.delay_ms > 0 {
         actix_web::rt::time::sleep(Duration::from_millis(ctl.delay_ms)).await;
     }

@@ -41,7 +41,7 @@ use tokio::time::MissedTickBehavior;
 use super::ledger::{BudgetLedger, LedgerEvent, ReserveRequest};
 use super::messages::{
     Admit, CallFingerprint, Expired, Housekeep, RecordSpend, Refresh, Release, Reload, Reserve, Settle,
-    SettleBatch, Snapshot, Tick, Timed, VelocityState,
+    SettleBatch, Shrink, Snapshot, Tick, Timed, VelocityState,
 };
 use crate::registry::{ActorKey, Shared};
 use crate::store::{EntityKey, SpendMark, StoreError, StoredBudget};
@@ -475,7 +475,7 @@ macro_rules! timed_handlers {
     )*};
 }
 
-timed_handlers!(Reserve, Admit, Settle, SettleBatch, Release, RecordSpend, Snapshot);
+timed_handlers!(Reserve, Admit, Settle, SettleBatch, Release, Shrink, RecordSpend, Snapshot);
 
 impl Handler<Admit> for BudgetActor {
     type Result = MessageResult<Admit>;
@@ -527,6 +527,7 @@ impl Handler<Reserve> for BudgetActor {
             session_id: reserve.session_id.as_deref(),
             finalize: reserve.finalize,
             fingerprint: reserve.fingerprint.as_ref().map(CallFingerprint::borrowed),
+            floor: reserve.floor,
         };
         let result = budget.ledger.reserve(&request, reserve.now_ms);
         match &result {
@@ -568,6 +569,19 @@ impl Handler<Release> for BudgetActor {
         let released =
             self.budget.as_mut().is_some_and(|budget| budget.ledger.release(release.reservation_id));
         MessageResult(released)
+    }
+}
+
+impl Handler<Shrink> for BudgetActor {
+    type Result = MessageResult<Shrink>;
+
+    fn handle(&mut self, shrink: Shrink, _ctx: &mut Context<Self>) -> Self::Result {
+        self.active = true;
+        let shrunk = self
+            .budget
+            .as_mut()
+            .is_some_and(|budget| budget.ledger.shrink(shrink.reservation_id, shrink.amount));
+        MessageResult(shrunk)
     }
 }
 

@@ -42,6 +42,8 @@ pub struct Reserve {
     pub finalize: bool,
     pub fingerprint: Option<CallFingerprint>,
     pub now_ms: i64,
+    /// See [`ReserveRequest::floor`](super::ReserveRequest::floor).
+    pub floor: Option<i64>,
 }
 
 impl Message for Reserve {
@@ -93,6 +95,18 @@ pub struct Release {
 }
 
 impl Message for Release {
+    type Result = bool;
+}
+
+/// Lowers an open reservation to `amount` (never raises it): the call was clamped to
+/// what the tightest of its budgets granted. Returns whether the reservation was open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shrink {
+    pub reservation_id: u64,
+    pub amount: i64,
+}
+
+impl Message for Shrink {
     type Result = bool;
 }
 
@@ -254,5 +268,6 @@ impl Routed for Settle {}
 impl Routed for SettleBatch {}
 impl Routed for Admit {}
 impl Routed for Release {}
+impl Routed for Shrink {}
 impl Routed for RecordSpend {}
 impl Routed for Snapshot {}

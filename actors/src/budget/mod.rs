@@ -19,7 +19,7 @@ pub use ledger::{
     UnknownVariant, VelocityConfig, VelocityStatus,
 };
 pub use messages::{
-    CallFingerprint, RecordSpend, Refresh, Release, Reload, Reserve, Settle, SettleBatch, Snapshot, Tick,
-    VelocityState,
+    CallFingerprint, RecordSpend, Refresh, Release, Reload, Reserve, Settle, SettleBatch, Shrink, Snapshot,
+    Tick, VelocityState,
 };
 pub use period::{next_period_start, period_start};

@@ -61,6 +61,7 @@ pub(super) fn reserve(registry: &BudgetRegistry, estimate: i64) -> Reserve {
         finalize: false,
         fingerprint: None,
         now_ms: system_now_ms(),
+        floor: None,
     }
 }
 

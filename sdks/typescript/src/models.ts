@@ -177,6 +177,8 @@ export interface BudgetEntityStatus {
   velocityCooldownSeconds: number | null;
   sessionLimitMicrodollars: number | null;
   finalizationReserveMicrodollars: number | null;
+  /** Strict budgets: calls are clamped to the room left instead of refused. */
+  exactCeiling?: boolean;
 }
 
 /** A model and its prices per million tokens. */

@@ -8,6 +8,7 @@
 //! and strings are borrowed from the input unless they contain escapes.
 
 mod anthropic;
+mod bound;
 mod gemini;
 mod openai;
 mod request;
@@ -23,6 +24,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 pub use anthropic::{anthropic_usage, AnthropicStreamUsage};
+pub use bound::{set_output_bound, unbounded_part, Clamp};
 pub use gemini::{gemini_usage, GeminiStreamUsage};
 pub use openai::{is_openai_usage_only_chunk, openai_usage, OpenAiStreamUsage};
 pub use request::{

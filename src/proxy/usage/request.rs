@@ -234,9 +234,9 @@ struct IncludeUsageCheck {
 /// Just enough of a JSON scanner to find the byte span of a member's value in an object,
 /// for splicing without re-serialising. It trusts its input to be JSON and returns `None`
 /// on anything unexpected; callers validate the spliced result with a real parser.
-mod json_scan {
+pub(super) mod json_scan {
     /// Index of the first non-whitespace byte at or after `at`.
-    pub(super) fn skip_whitespace(bytes: &[u8], mut at: usize) -> usize {
+    pub(in crate::proxy::usage) fn skip_whitespace(bytes: &[u8], mut at: usize) -> usize {
         while bytes.get(at).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
             at += 1;
         }
@@ -291,15 +291,15 @@ mod json_scan {
         }
     }
 
-    pub(super) struct ObjectScan {
+    pub(in crate::proxy::usage) struct ObjectScan {
         /// The object has no members.
-        pub empty: bool,
+        pub(in crate::proxy::usage) empty: bool,
         /// Value span of the member with the wanted key (written without escapes).
-        pub found: Option<(usize, usize)>,
+        pub(in crate::proxy::usage) found: Option<(usize, usize)>,
     }
 
     /// Scans the object opened at `bytes[open]` for the member `key`.
-    pub(super) fn scan_object(bytes: &[u8], open: usize, key: &[u8]) -> Option<ObjectScan> {
+    pub(in crate::proxy::usage) fn scan_object(bytes: &[u8], open: usize, key: &[u8]) -> Option<ObjectScan> {
         let mut i = skip_whitespace(bytes, open + 1);
         if bytes.get(i)? == &b'}' {
             return Some(ObjectScan { empty: true, found: None });

@@ -253,6 +253,7 @@ impl BudgetLedger {
             reset_interval: self.config.reset_interval,
             period_start: self.period_start,
             breaker_open_until: self.breaker.map(|breaker| breaker.open_until),
+            exact_ceiling: self.config.exact_ceiling && self.config.policy == Policy::StrictBlock,
         }
     }
 
@@ -296,7 +297,16 @@ impl BudgetLedger {
     pub fn reserve(&mut self, request: &ReserveRequest<'_>, now_ms: i64) -> Result<Admission, Denial> {
         let mut events = Vec::new();
         events.extend(self.roll_period(now_ms));
-        let estimate = request.estimate.max(0);
+        let full = request.estimate.max(0);
+        let committed = self.committed();
+        let limit = self.limit_for(committed, request.finalize);
+        // An exact-ceiling budget grants a request with a floor what its room pays for,
+        // down to the floor; `None`: not even the floor fits. Every later check holds
+        // what is granted, never more.
+        let flexible =
+            request.floor.filter(|_| self.config.exact_ceiling && self.config.policy == Policy::StrictBlock);
+        let granted = flexible.map(|floor| grant(full, floor, limit.saturating_sub(committed)));
+        let estimate = granted.flatten().unwrap_or(full);
 
         if let Some(breaker) = self.breaker {
             if now_ms < breaker.open_until {
@@ -348,9 +358,7 @@ impl BudgetLedger {
             }
         }
 
-        let committed = self.committed();
-        let limit = self.limit_for(committed, request.finalize);
-        let over = committed.saturating_add(estimate) > limit;
+        let over = committed.saturating_add(estimate) > limit || granted == Some(None);
         let exceeded = LedgerEvent::Exceeded { limit: self.config.limit, spend: committed, estimate };
         match self.config.policy {
             Policy::StrictBlock if over => {
@@ -381,7 +389,23 @@ impl BudgetLedger {
         if let Some(fingerprint) = fingerprint {
             self.loops.record(fingerprint, loop_config, now_ms);
         }
-        Ok(Admission { snapshot: self.snapshot(), events })
+        Ok(Admission { snapshot: self.snapshot(), granted: estimate, events })
+    }
+
+    /// Lowers an open reservation to `amount` (a clamped call holds only what the
+    /// tightest of its budgets granted); never raises it. Returns whether it was open.
+    pub fn shrink(&mut self, reservation_id: u64, amount: i64) -> bool {
+        let Some(reservation) = self.reservations.get_mut(&reservation_id) else {
+            return false;
+        };
+        let surplus = reservation.amount.saturating_sub(amount.max(0)).max(0);
+        reservation.amount -= surplus;
+        let session = reservation.session.clone();
+        self.reserved = self.reserved.saturating_sub(surplus).max(0);
+        if let Some(session) = session {
+            self.sessions.release(&session, surplus);
+        }
+        true
     }
 
     /// Settles a reservation to the actual cost: the estimate leaves `reserved`, the
@@ -599,6 +623,19 @@ impl BudgetLedger {
     fn compute_next_roll(&self) -> Option<i64> {
         let interval = self.config.reset_interval?;
         self.period_start.map(|start| next_period_start(interval, start))
+    }
+}
+
+/// What an exact-ceiling budget grants a request of `full` with `floor` when `room` is
+/// left: the whole estimate when it fits, else the room when it is at least the floor
+/// (and positive), else nothing.
+pub fn grant(full: i64, floor: i64, room: i64) -> Option<i64> {
+    if full <= room {
+        Some(full)
+    } else if room >= floor.max(1) {
+        Some(room)
+    } else {
+        None
     }
 }
 

@@ -184,6 +184,10 @@ pub struct BudgetConfig {
     /// Microdollars held back for `X-Service-Finalize` requests; 0 means none.
     pub finalization_reserve: i64,
     pub loop_detection: LoopConfig,
+    /// `exactCeiling` (strict budgets only): a request with a
+    /// [`floor`](ReserveRequest::floor) whose estimate does not fit is granted the room
+    /// left instead of denied, as long as that room is at least the floor.
+    pub exact_ceiling: bool,
 }
 
 impl BudgetConfig {
@@ -198,6 +202,7 @@ impl BudgetConfig {
             velocity: None,
             session_limit: None,
             finalization_reserve: 0,
+            exact_ceiling: false,
             loop_detection: LoopConfig::default(),
         }
     }
@@ -232,6 +237,9 @@ pub struct ReserveRequest<'a> {
     /// `X-Service-Finalize: 1`.
     pub finalize: bool,
     pub fingerprint: Option<Fingerprint<'a>>,
+    /// The least the caller can make do with (it can clamp the call to any amount from
+    /// here up to `estimate`); `None` when the call needs the whole estimate.
+    pub floor: Option<i64>,
 }
 
 /// The figures of a budget at one instant, for response headers and status endpoints.
@@ -251,6 +259,8 @@ pub struct BudgetSnapshot {
     /// End of the velocity cooldown while the breaker is open. It may lie in the past
     /// until the next `reserve` or `tick` closes the breaker.
     pub breaker_open_until: Option<i64>,
+    /// The budget clamps calls to its room instead of refusing them.
+    pub exact_ceiling: bool,
 }
 
 impl BudgetSnapshot {
@@ -344,6 +354,9 @@ impl LedgerEvent {
 pub struct Admission {
     /// The budget after the reservation.
     pub snapshot: BudgetSnapshot,
+    /// What was reserved: the estimate, or less on an `exact_ceiling` budget that
+    /// granted a request with a floor only the room it had left.
+    pub granted: i64,
     /// Usually empty: a period roll, a breaker recovery or a warn-policy alert.
     pub events: Vec<LedgerEvent>,
 }

@@ -5,6 +5,7 @@
 pub(super) use super::*;
 
 mod checks;
+mod exact_ceiling;
 mod loops;
 mod periods;
 mod policy;
@@ -68,7 +69,14 @@ pub(super) fn ledger(config: BudgetConfig) -> BudgetLedger {
 }
 
 pub(super) fn req(reservation_id: u64, estimate: i64) -> ReserveRequest<'static> {
-    ReserveRequest { reservation_id, estimate, session_id: None, finalize: false, fingerprint: None }
+    ReserveRequest {
+        reservation_id,
+        estimate,
+        session_id: None,
+        finalize: false,
+        fingerprint: None,
+        floor: None,
+    }
 }
 
 pub(super) fn in_session(reservation_id: u64, estimate: i64, session: &str) -> ReserveRequest<'_> {
