@@ -126,7 +126,8 @@ pub struct McpRecorded {
         (status = "4XX", description = "Our errors in the envelope (validation_error, invalid_json, invalid_upstream, \
             unauthorized, forbidden (also: the key requires stored provider credentials and the call brought \
             its own), mandate_violation, customer_not_allowed, payload_too_large, \
-            unsupported_media_type, rate_limit_exceeded and the enforcement codes with X-Service-Denied: 1), \
+            unsupported_media_type, rate_limit_exceeded, model_not_priced (no price for the model and the \
+            organization's unpricedModels is block) and the enforcement codes with X-Service-Denied: 1), \
             or the provider's own error passed through", content((ProviderBody = "application/json"))),
         (status = "5XX", description = "upstream_error (502: the provider could not be reached), \
             upstream_timeout (504), service_unavailable (503), or the provider's own server error passed through",
