@@ -80,7 +80,9 @@ pub fn price_of(row: &RuntimePrice, format: Provider) -> ModelPrice {
 
 /// The wire format whose price defaults apply to a runtime price of `provider`.
 pub fn format_of(config: &Config, provider: &str) -> Provider {
-    Provider::from_name(provider).or_else(|| config.upstream(provider).map(|u| u.format)).unwrap_or(Provider::OpenAi)
+    Provider::from_name(provider)
+        .or_else(|| config.upstream(provider).map(|u| u.format))
+        .unwrap_or(Provider::OpenAi)
 }
 
 /// One organization's setting and runtime prices, by provider then model.
@@ -199,12 +201,14 @@ mod tests {
     fn runtime_prices_win_over_the_table_by_exact_name() {
         let config = config();
         let table = PricingTable::builtin().unwrap();
-        let org = OrgPrices::from_rows(&config, "block", &[row("openai", "gpt-4o", 7), row("google", "g-x", 3)]);
+        let org =
+            OrgPrices::from_rows(&config, "block", &[row("openai", "gpt-4o", 7), row("google", "g-x", 3)]);
         assert_eq!(org.policy, UnpricedPolicy::Block);
         let (name, price) = org.resolve(&table, "openai", Provider::OpenAi, false, "gpt-4o").unwrap();
         assert_eq!((name.as_str(), price.input, price.output), ("gpt-4o", 7, 14));
         // A dated alias is not the priced name: the table prices it.
-        let (name, price) = org.resolve(&table, "openai", Provider::OpenAi, false, "gpt-4o-2099-01-01").unwrap();
+        let (name, price) =
+            org.resolve(&table, "openai", Provider::OpenAi, false, "gpt-4o-2099-01-01").unwrap();
         assert_eq!((name.as_str(), price.input), ("gpt-4o", 2_500_000));
         assert!(org.resolve(&table, "openai", Provider::OpenAi, false, "g-x").is_none());
         assert_eq!(org.resolve(&table, "google", Provider::Google, false, "g-x").unwrap().1.input, 3);

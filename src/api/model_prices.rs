@@ -159,7 +159,11 @@ fn parse_path(state: &AppState, provider: &str, model: &str, issues: &mut Issues
         && model.chars().count() <= MAX_MODEL_CHARS
         && !model.chars().any(char::is_control)
         && model.trim() == model;
-    issues.check(ok, &["model"], "must be 1 to 200 characters, without control characters or surrounding spaces");
+    issues.check(
+        ok,
+        &["model"],
+        "must be 1 to 200 characters, without control characters or surrounding spaces",
+    );
     canonical
 }
 
@@ -185,7 +189,10 @@ fn check_prices(body: &SetPriceBody, issues: &mut Issues) {
     responses((status = 200, description = "`{ data: ModelPrice[] }`", body = Data<Vec<ModelPriceView>>),
         (status = 401, description = "authentication_required")))]
 #[get("/model-prices")]
-pub async fn list_model_prices(state: web::Data<AppState>, auth: SessionAuth) -> Result<HttpResponse, ApiError> {
+pub async fn list_model_prices(
+    state: web::Data<AppState>,
+    auth: SessionAuth,
+) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
     let rows = db::model_prices::list(&state.pool, &auth.org.id).await?;
     let data: Vec<ModelPriceView> = rows.iter().map(ModelPriceView::from).collect();
@@ -277,7 +284,8 @@ fn in_force(state: &AppState, org: &OrgPrices, runtime: &[RuntimePrice]) -> Vec<
         if org.get(provider.as_str(), model).is_some() {
             continue;
         }
-        let source = if builtin.is_some_and(|b| b.has_exact(provider, model, price)) { "builtin" } else { "file" };
+        let source =
+            if builtin.is_some_and(|b| b.has_exact(provider, model, price)) { "builtin" } else { "file" };
         models.push(PriceInForce::new(provider.as_str(), model, source, price));
     }
     for (name, model, price) in state.pricing.iter_named() {

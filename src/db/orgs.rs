@@ -308,7 +308,14 @@ pub async fn update_org(
                 record_audit!(conn, audit::new_event(entry, now))?;
             }
         }
-        Ok(Some(Organization { name, upgrade_url, customer_upgrade_url, unpriced_models, updated_at: now, ..current }))
+        Ok(Some(Organization {
+            name,
+            upgrade_url,
+            customer_upgrade_url,
+            unpriced_models,
+            updated_at: now,
+            ..current
+        }))
     })
 }
 

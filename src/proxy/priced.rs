@@ -30,7 +30,8 @@ pub(super) async fn price(
     format: Provider,
     model: &str,
 ) -> Result<(Option<(String, ModelPrice)>, UnpricedPolicy), ApiError> {
-    let org = state.model_prices.of(&state.pool, &state.config, org_id).await.map_err(ApiError::unavailable)?;
+    let org =
+        state.model_prices.of(&state.pool, &state.config, org_id).await.map_err(ApiError::unavailable)?;
     let resolved = org.resolve(&state.pricing, &target.provider, format, target.named, model);
     Ok((resolved, org.policy))
 }
