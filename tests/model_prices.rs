@@ -205,6 +205,18 @@ async fn estimate_charges_the_fallback_and_runtime_prices_replace_table_prices()
         event_of(&s.owner, &send(&proxy, &s.raw, "/v1/chat/completions", &chat("gpt-mystery")).await).await;
     assert!(unknown(&e), "{e}");
     assert!(e["costMicrodollars"].as_i64().unwrap() > 0);
+    let listed = |policy: &Resp| {
+        policy.body["pricing"]["unpriced_models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["model"] == "gpt-mystery")
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !listed(&proxy.get_with_key("/v1/policy", &s.raw).await) {
+        assert!(Instant::now() < deadline, "never listed as unpriced");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let r = put(
         &s.owner,
@@ -224,6 +236,20 @@ async fn estimate_charges_the_fallback_and_runtime_prices_replace_table_prices()
         event_of(&s.owner, &send(&proxy, &s.raw, "/v1/chat/completions", &chat("gpt-mystery")).await).await;
     assert_eq!(e["costMicrodollars"], 1_000 + 2_000, "{e}");
     assert!(!unknown(&e), "{e}");
+    // The organization's policy document no longer lists it, and shows the runtime price;
+    // `spendgate pricing check` lists the runtime price and marks the model.
+    let policy = proxy.get_with_key("/v1/policy", &s.raw).await;
+    assert!(!listed(&policy), "{}", policy.text);
+    assert_eq!(policy.body["pricing"]["runtime_prices"][0]["model"], "gpt-mystery", "{}", policy.text);
+    let (ok, out) = s.app.cli(&["pricing", "check"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("1 runtime price(s)"), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("gpt-mystery") && l.contains("1000000"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("svc_org_") && line.contains("4000000"), "{line}");
+    assert!(out.contains("(priced at run time by some organization)"), "{out}");
 
     // A table model priced at run time: the runtime price wins; deleted, the table's again.
     let table =
