@@ -39,20 +39,18 @@ pub enum UnpricedPolicy {
 }
 
 impl UnpricedPolicy {
-    pub const NAMES: [&'static str; 2] = ["estimate", "block"];
-
     pub fn parse(name: &str) -> Option<Self> {
         match name {
-            "estimate" => Some(Self::Estimate),
-            "block" => Some(Self::Block),
+            db::model_prices::ESTIMATE => Some(Self::Estimate),
+            db::model_prices::BLOCK => Some(Self::Block),
             _ => None,
         }
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Estimate => "estimate",
-            Self::Block => "block",
+            Self::Estimate => db::model_prices::ESTIMATE,
+            Self::Block => db::model_prices::BLOCK,
         }
     }
 }

@@ -506,7 +506,7 @@ pub async fn update_org(
         customer_upgrade_url: body
             .customer_upgrade_url
             .map(|v| check_url(&v, "customerUpgradeUrl", &mut issues)),
-        unpriced_models,
+        unpriced_models: unpriced_models.map(UnpricedPolicy::as_str),
     };
     issues.finish()?;
     let updated = db::orgs::update_org(&state.pool, &org.id, &user.user.id, &changes, time::now_ms())

@@ -13,6 +13,10 @@ use crate::db::{DbError, DbResult, Pool};
 use crate::util::time;
 use crate::{record_audit, with_conn, with_tx};
 
+/// The `unpricedModels` values (see `crate::model_prices::UnpricedPolicy`).
+pub const ESTIMATE: &str = "estimate";
+pub const BLOCK: &str = "block";
+
 /// Records in the caller's transaction that the prices (or the `unpricedModels`
 /// setting) of `org_id` changed: every instance's price cache reloads it.
 macro_rules! note_price_change {

@@ -33,7 +33,7 @@ pub fn new_org(id: String, name: String, plan: &str, now: i64) -> Organization {
         customer_upgrade_url: None,
         created_at: now,
         updated_at: now,
-        unpriced_models: crate::model_prices::UnpricedPolicy::default().as_str().to_owned(),
+        unpriced_models: crate::db::model_prices::ESTIMATE.to_owned(),
     }
 }
 
@@ -234,7 +234,8 @@ pub struct OrgChanges {
     pub name: Option<String>,
     pub upgrade_url: Option<Option<String>>,
     pub customer_upgrade_url: Option<Option<String>>,
-    pub unpriced_models: Option<crate::model_prices::UnpricedPolicy>,
+    /// `estimate` or `block`, checked by the caller.
+    pub unpriced_models: Option<&'static str>,
 }
 
 /// Applies `changes`, recording `org_upgrade_url.updated` and
@@ -261,9 +262,8 @@ pub async fn update_org(
         let upgrade_url = changes.upgrade_url.clone().unwrap_or_else(|| current.upgrade_url.clone());
         let customer_upgrade_url =
             changes.customer_upgrade_url.clone().unwrap_or_else(|| current.customer_upgrade_url.clone());
-        let unpriced_models = changes
-            .unpriced_models
-            .map_or_else(|| current.unpriced_models.clone(), |p| p.as_str().to_owned());
+        let unpriced_models =
+            changes.unpriced_models.map_or_else(|| current.unpriced_models.clone(), str::to_owned);
         diesel::update(organizations::table.find(org_id))
             .set((
                 organizations::name.eq(&name),
