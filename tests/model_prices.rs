@@ -413,3 +413,39 @@ async fn a_runtime_price_reaches_every_instance_and_its_delete_too() {
     }
     drop(second);
 }
+
+#[tokio::test]
+async fn an_operator_defined_upstream_is_blocked_and_priced_under_its_name() {
+    let mock = MockUpstream::start();
+    let mut env = env_for(&mock);
+    env.push(("SPENDGATE_UPSTREAMS", format!("name=openrouter,format=openai,base_url={}/or", mock.base)));
+    let app = TestApp::start_with(&env).await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "agent").await;
+    let s = Setup { app, mock, owner, raw };
+    assert_eq!(set_policy(&s.owner, "block").await.status, 200);
+    let proxy = s.app.proxy();
+    let path = "/upstreams/openrouter/v1/chat/completions";
+    let r = send(&proxy, &s.raw, path, &chat("acme/acme-9")).await;
+    assert_eq!((r.status, r.code()), (400, "model_not_priced"), "{r:?}");
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("PUT /api/model-prices/openrouter/acme/acme-9"));
+    assert_eq!(s.mock.count(), 0, "nothing was forwarded");
+    // A price under the built-in provider's name does not price the upstream's model.
+    let body = json!({ "input": 1_000_000, "output": 2_000_000 });
+    assert_eq!(put(&s.owner, &format!("{PRICES}/openai/acme/acme-9"), body.clone()).await.status, 200);
+    let r = send(&proxy, &s.raw, path, &chat("acme/acme-9")).await;
+    assert_eq!((r.status, r.code()), (400, "model_not_priced"), "{r:?}");
+    let r = put(&s.owner, &format!("{PRICES}/openrouter/acme/acme-9"), body).await;
+    assert_eq!((r.status, r.body["data"]["provider"].as_str()), (200, Some("openrouter")), "{r:?}");
+    let e = event_of(&s.owner, &send(&proxy, &s.raw, path, &chat("acme/acme-9")).await).await;
+    assert_eq!(
+        (e["provider"].as_str(), e["costMicrodollars"].as_i64()),
+        (Some("openrouter"), Some(1_000 + 1_000)),
+        "{e}"
+    );
+    assert!(!unknown(&e), "{e}");
+    assert_eq!(s.mock.count(), 1);
+}
