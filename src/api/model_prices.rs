@@ -209,7 +209,8 @@ pub async fn list_model_prices(
         every instance applies it within about a second. Audited as `model_price.set`.",
     responses((status = 200, description = "`{ data: ModelPrice }`", body = Data<ModelPriceView>),
         (status = 400, description = "validation_error or invalid_json"), (status = 401, description = "authentication_required"),
-        (status = 403, description = "forbidden")))]
+        (status = 403, description = "forbidden"), (status = 404, description = "not_found: the path names no model"),
+        (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type")))]
 #[put("/model-prices/{provider}/{model:.+}")]
 pub async fn set_model_price(
     state: web::Data<AppState>,
