@@ -12,6 +12,7 @@ const PAGES = [
   ['/webhooks', 'Webhooks', './pages/webhooks.js'],
   ['/keys', 'API keys', './pages/keys.js'],
   ['/provider-keys', 'Provider keys', './pages/provider-keys.js'],
+  ['/pricing', 'Pricing', './pages/pricing.js'],
   ['/customers', 'Customers', './pages/customers.js'],
   ['/margins', 'Margins', './pages/margins.js'],
   ['/audit-log', 'Audit log', './pages/audit.js'],

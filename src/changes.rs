@@ -4,10 +4,13 @@
 //! A budget upsert, reset or delete writes a `budget_changes` row, and a key update or
 //! revocation (or a membership or organization going, for all of its keys) a
 //! `key_changes` row, and a provider credential's create, rotation or delete a
-//! `provider_credential_changes` row, in the transaction of the change. Each process
+//! `provider_credential_changes` row, and a runtime model price's change or an
+//! organization's `unpricedModels` change a `model_price_changes` row, in the
+//! transaction of the change. Each process
 //! polls the feeds every [`POLL_EVERY`]: it refreshes its live budget actor of each
 //! changed budget, drops each changed key from its key cache and each changed
-//! credential from its credential cache. The process that made a change applies it to
+//! credential from its credential cache and each changed organization from its price
+//! cache. The process that made a change applies it to
 //! itself at once (and its watcher skips that budget change, see
 //! `db::budgets::take_own_change`); the others within about a second. Polls read [`OVERLAP_MS`] back (a
 //! transaction that took its timestamp earlier may commit after a later one, and
@@ -41,7 +44,12 @@ const PAGE: usize = 1_000;
 pub fn start(state: AppState) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(POLL_EVERY);
-        let mut feeds = Feeds { budgets: Cursor::new(), keys: Cursor::new(), credentials: Cursor::new() };
+        let mut feeds = Feeds {
+            budgets: Cursor::new(),
+            keys: Cursor::new(),
+            credentials: Cursor::new(),
+            prices: Cursor::new(),
+        };
         let mut last_prune = 0i64;
         loop {
             tick.tick().await;
@@ -58,6 +66,9 @@ pub fn start(state: AppState) {
                 }
                 if let Err(e) = db::provider_credentials::prune_changes(&state.pool, before).await {
                     tracing::warn!(error = %e, "could not prune credential changes");
+                }
+                if let Err(e) = db::model_prices::prune_changes(&state.pool, before).await {
+                    tracing::warn!(error = %e, "could not prune model price changes");
                 }
             }
         }
@@ -117,6 +128,7 @@ struct Feeds {
     budgets: Cursor,
     keys: Cursor,
     credentials: Cursor,
+    prices: Cursor,
 }
 
 impl Feeds {
@@ -166,6 +178,17 @@ impl Feeds {
             .await;
         for (_, org_id, upstream, _) in credentials {
             state.credentials.invalidate(&org_id, &upstream);
+        }
+        let prices = self
+            .prices
+            .fresh(
+                "model_price_changes",
+                |since, after| db::model_prices::changes_since(pool, since, after, PAGE),
+                |c| (c.0.as_str(), c.2),
+            )
+            .await;
+        for (_, org_id, _) in prices {
+            state.model_prices.invalidate(&org_id);
         }
     }
 }

@@ -223,6 +223,7 @@ fn render_report(report: &pricing::report::PricingReport, file: Option<&std::pat
     };
     let source = file.map_or_else(|| "built in".to_owned(), |f| format!("built in + {}", f.display()));
     let mut out = format!("pricing table: {} models ({source}), {checked}\n", report.models);
+    out.push_str(&render_runtime(&report.runtime_prices));
     if report.unpriced_models.is_empty() {
         out.push_str(&format!("no unpriced model seen in the last {} days\n", report.window_days));
         return out;
@@ -235,7 +236,29 @@ fn render_report(report: &pricing::report::PricingReport, file: Option<&std::pat
     out.push_str(&format!("  {:<10} {:<40} {:>8}  {}\n", "PROVIDER", "MODEL", "CALLS", "LAST SEEN"));
     for m in &report.unpriced_models {
         let last = m.last_seen.as_deref().unwrap_or("-");
-        out.push_str(&format!("  {:<10} {:<40} {:>8}  {last}\n", m.provider, m.model, m.calls));
+        let runtime = report.runtime_prices.iter().any(|r| r.provider == m.provider && r.model == m.model);
+        let note = if runtime { "  (priced at run time by some organization)" } else { "" };
+        out.push_str(&format!("  {:<10} {:<40} {:>8}  {last}{note}\n", m.provider, m.model, m.calls));
+    }
+    out
+}
+
+/// The runtime prices part of `spendgate pricing check`: set per organization
+/// through `PUT /api/model-prices/{provider}/{model}`, read from the database.
+fn render_runtime(prices: &[pricing::report::RuntimeEntry]) -> String {
+    if prices.is_empty() {
+        return "no runtime prices set by any organization\n".to_owned();
+    }
+    let mut out = format!("{} runtime price(s), µ$ per million tokens, over the table:\n", prices.len());
+    out.push_str(&format!(
+        "  {:<44} {:<10} {:<40} {:>12} {:>12}\n",
+        "ORGANIZATION", "PROVIDER", "MODEL", "INPUT", "OUTPUT"
+    ));
+    for p in prices {
+        out.push_str(&format!(
+            "  {:<44} {:<10} {:<40} {:>12} {:>12}\n",
+            p.org_id, p.provider, p.model, p.input, p.output
+        ));
     }
     out
 }

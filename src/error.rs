@@ -62,6 +62,9 @@ pub enum ErrorCode {
     UpstreamError,
     /// The provider did not answer within the upstream timeout.
     UpstreamTimeout,
+    /// A proxied call to a model without a price, in an organization whose
+    /// `unpricedModels` is `block`.
+    ModelNotPriced,
 }
 
 impl ErrorCode {
@@ -81,7 +84,8 @@ impl ErrorCode {
             | Self::InvalidFeature
             | Self::CustomerDataUnsupported
             | Self::ProcessorValidationFailed
-            | Self::InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
+            | Self::InvalidIdempotencyKey
+            | Self::ModelNotPriced => StatusCode::BAD_REQUEST,
             Self::AuthenticationRequired | Self::Unauthorized => StatusCode::UNAUTHORIZED,
             // The spec leaves mandate_violation's status open; a policy refusal of an
             // authenticated caller is a 403.

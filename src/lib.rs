@@ -24,6 +24,7 @@ pub mod idempotency;
 pub mod instances;
 pub mod margins;
 pub mod metrics;
+pub mod model_prices;
 pub mod net;
 pub mod openapi;
 pub mod outbox;

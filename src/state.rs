@@ -33,6 +33,8 @@ pub struct Inner {
     pub unpriced: UnpricedModels,
     /// Configured tool costs (MCP tool events without an explicit cost).
     pub tool_costs: crate::tool_costs::ToolCostCache,
+    /// Each organization's runtime prices and `unpricedModels` setting.
+    pub model_prices: crate::model_prices::PriceCache,
     /// Decrypted provider credentials per (organization, upstream).
     pub credentials: crate::credentials::CredentialCache,
     /// Active status of customer bindings, for the gate.
@@ -101,6 +103,7 @@ impl AppState {
             pricing: Arc::new(pricing),
             unpriced,
             tool_costs: crate::tool_costs::ToolCostCache::default(),
+            model_prices: crate::model_prices::PriceCache::default(),
             credentials: crate::credentials::CredentialCache::default(),
             bindings: crate::binding_cache::BindingCache::default(),
             plan_usage: crate::proxy::plan::PlanUsage::default(),

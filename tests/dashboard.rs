@@ -451,3 +451,58 @@ async fn pages_and_assets_are_served_with_a_strict_policy_and_never_shadow_the_a
     let r = c.get("/api/budgets").await;
     assert_eq!((r.status, r.code()), (401, "authentication_required"), "{r:?}");
 }
+
+#[tokio::test]
+async fn a_model_seen_unpriced_is_priced_and_unpriced_again_on_the_pricing_page() {
+    let mock = crate::support::mock::MockUpstream::start();
+    let app = TestApp::start_with(&[("SPENDGATE_UPSTREAM_OPENAI", mock.base.clone())]).await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "agent").await;
+    let body = json!({ "model": "gpt-mystery", "max_tokens": 10, "messages": [{ "role": "user", "content": "hi" }] });
+    let call = app
+        .proxy()
+        .request(reqwest::Method::POST, "/v1/chat/completions")
+        .header("x-service-key", &raw)
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    assert_eq!(read(call.send().await.unwrap()).await.status, 200);
+    // The tagged event is recorded (and rolled up) before the page reads the list.
+    for _ in 0..200 {
+        let p = owner.get("/api/pricing").await;
+        if p.body["data"]["unpriced"].as_array().is_some_and(|u| !u.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let b = Browser::start(&app.server.control).await;
+    b.goto("/").await;
+    b.sign_in(OWNER, PASSWORD).await;
+    b.click_link("Pricing").await;
+    let seen = "//tr[td/code[normalize-space()='gpt-mystery']]";
+    b.wait_xpath(&format!("{seen}/td[normalize-space()='openai']")).await;
+    b.wait_xpath("//tr[td/code[normalize-space()='gpt-4o']]/td[normalize-space()='builtin']").await;
+    b.button(seen, "Price it").await.click().await.unwrap();
+    b.fill("Input $ per 1M tokens", "2").await;
+    b.fill("Output $ per 1M tokens", "3.5").await;
+    b.click_button("Save price").await;
+    b.wait_text("Priced openai/gpt-mystery: $2 in, $3.5 out per 1M tokens.").await;
+    b.wait_text("No model was called without a price in the last 7 days.").await;
+    let runtime = "//tr[td/code[normalize-space()='gpt-mystery']][td[normalize-space()='runtime']]";
+    b.wait_xpath(&format!("{runtime}/td[normalize-space()='$3.5']")).await;
+    let listed = owner.get("/api/model-prices").await;
+    assert_eq!(listed.body["data"][0]["input"], 2_000_000, "{listed:?}");
+    assert_eq!(listed.body["data"][0]["output"], 3_500_000, "{listed:?}");
+    b.screenshot("pricing").await;
+
+    b.button(runtime, "Remove").await.click().await.unwrap();
+    b.button(runtime, "Confirm remove").await.click().await.unwrap();
+    b.wait_text("Removed the runtime price of openai/gpt-mystery.").await;
+    assert_eq!(owner.get("/api/model-prices").await.body["data"], json!([]));
+
+    b.choose("Calls to unpriced models", "block").await;
+    b.click_button("Save setting").await;
+    b.wait_text("Calls to unpriced models: block.").await;
+    let org = org_id(&owner).await;
+    assert_eq!(owner.get(&format!("/api/orgs/{org}")).await.body["data"]["unpricedModels"], "block");
+    no_console_errors(&b).await;
+}

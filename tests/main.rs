@@ -20,6 +20,7 @@ mod keys;
 mod margins;
 mod margins_more;
 mod mock_selftest;
+mod model_prices;
 mod openapi;
 mod orgs;
 mod outbound;

@@ -13,6 +13,7 @@ pub mod customer_mappings;
 pub mod health;
 pub mod keys;
 pub mod margins;
+pub mod model_prices;
 pub mod openapi;
 pub mod orgs;
 pub mod payprocessor;
@@ -88,6 +89,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(orgs::configure)
             .configure(keys::configure)
             .configure(provider_credentials::configure)
+            .configure(model_prices::configure)
             .configure(audit::configure)
             .configure(budgets::configure)
             .configure(cost_events_ingest::configure)

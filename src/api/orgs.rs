@@ -17,6 +17,7 @@ use crate::db::models::{Invitation, Organization};
 use crate::db::orgs::{AcceptOutcome, Departure, InviteOutcome, Member, OrgChanges, TransferOutcome};
 use crate::db::{self};
 use crate::error::{ApiError, ErrorCode, Issues};
+use crate::model_prices::UnpricedPolicy;
 use crate::openapi::shared::{Data, Page};
 use crate::plans::{PlanLimits, Role};
 use crate::state::AppState;
@@ -58,6 +59,9 @@ pub struct OrgView {
     role: String,
     upgrade_url: Option<String>,
     customer_upgrade_url: Option<String>,
+    /// `estimate` (the default) or `block`: what a proxied call to a model without a
+    /// price does.
+    unpriced_models: String,
     member_count: i64,
     created_at: String,
     updated_at: String,
@@ -71,6 +75,7 @@ fn org_view(org: &Organization, role: Role, member_count: i64) -> OrgView {
         role: role.as_str().to_owned(),
         upgrade_url: org.upgrade_url.clone(),
         customer_upgrade_url: org.customer_upgrade_url.clone(),
+        unpriced_models: org.unpriced_models.clone(),
         member_count,
         created_at: time::iso(org.created_at),
         updated_at: time::iso(org.updated_at),
@@ -200,6 +205,10 @@ pub struct UpdateOrgBody {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<String>)]
     customer_upgrade_url: Option<Option<String>>,
+    /// `estimate` (a model without a price is charged at the conservative fallback
+    /// price and tagged) or `block` (refused before it is forwarded). Audited as
+    /// `org_unpriced_models.updated`.
+    unpriced_models: Option<String>,
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -458,8 +467,9 @@ pub async fn get_org(
     Ok(HttpResponse::Ok().json(json!({ "data": org_view(&org, role, count) })))
 }
 
-/// Renames an organization or sets its upgrade URLs (admin). URL changes are
-/// audited as `org_upgrade_url.updated` and `customer_upgrade_url.updated`.
+/// Renames an organization or sets its upgrade URLs or `unpricedModels` (admin). URL
+/// changes are audited as `org_upgrade_url.updated` and `customer_upgrade_url.updated`,
+/// the setting as `org_unpriced_models.updated`.
 #[utoipa::path(patch, path = "/api/orgs/{id}", tag = "orgs", security(("session" = [])), request_body = UpdateOrgBody,
     params(("id" = String, Path, description = "svc_org_…")),
     responses((status = 200, description = "`{ data: OrgView }`", body = Data<OrgView>), (status = 400), (status = 401), (status = 403), (status = 404)))]
@@ -473,9 +483,18 @@ pub async fn update_org(
     let (org, role) = org_access(&state, &user, &path, Role::Admin).await?;
     let body = body?.value;
     let mut issues = Issues::new();
-    if body.name.is_none() && body.upgrade_url.is_none() && body.customer_upgrade_url.is_none() {
-        issues.push(&[], "provide at least one of name, upgradeUrl, customerUpgradeUrl");
+    if body.name.is_none()
+        && body.upgrade_url.is_none()
+        && body.customer_upgrade_url.is_none()
+        && body.unpriced_models.is_none()
+    {
+        issues.push(&[], "provide at least one of name, upgradeUrl, customerUpgradeUrl, unpricedModels");
     }
+    let unpriced_models = body.unpriced_models.as_deref().and_then(|raw| {
+        let policy = UnpricedPolicy::parse(raw);
+        issues.check(policy.is_some(), &["unpricedModels"], "must be estimate or block");
+        policy
+    });
     let name = body.name.as_deref().and_then(|raw| {
         let name = validate::trimmed_name(raw, 1, MAX_ORG_NAME);
         issues.check(name.is_some(), &["name"], "must be 1 to 100 characters");
@@ -487,11 +506,15 @@ pub async fn update_org(
         customer_upgrade_url: body
             .customer_upgrade_url
             .map(|v| check_url(&v, "customerUpgradeUrl", &mut issues)),
+        unpriced_models: unpriced_models.map(UnpricedPolicy::as_str),
     };
     issues.finish()?;
     let updated = db::orgs::update_org(&state.pool, &org.id, &user.user.id, &changes, time::now_ms())
         .await?
         .ok_or_else(|| ApiError::not_found("Organization"))?;
+    if unpriced_models.is_some() {
+        state.model_prices.invalidate(&org.id);
+    }
     let count = db::orgs::member_count(&state.pool, &org.id).await?;
     Ok(HttpResponse::Ok().json(json!({ "data": org_view(&updated, role, count) })))
 }

@@ -54,6 +54,7 @@ static ASSETS: &[Asset] = &[
     asset!("pages/organization.js", JS),
     asset!("pages/provider-keys.js", JS),
     asset!("pages/overview.js", JS),
+    asset!("pages/pricing.js", JS),
     asset!("pages/signin.js", JS),
     asset!("pages/webhooks.js", JS),
 ];

@@ -21,6 +21,7 @@ pub mod cost_events;
 pub mod exact_sum;
 pub mod keys;
 pub mod margins;
+pub mod model_prices;
 pub mod models;
 pub mod orgs;
 pub mod processor;

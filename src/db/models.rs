@@ -26,6 +26,8 @@ pub struct Organization {
     pub customer_upgrade_url: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// `estimate` or `block`: what a call to a model without a price does.
+    pub unpriced_models: String,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -342,6 +344,24 @@ pub struct ProviderCredential {
     pub name: Option<String>,
     pub encrypted_secret: String,
     pub secret_prefix: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A price an organization set at run time, in µ$ per million tokens.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = model_prices)]
+pub struct RuntimePrice {
+    pub id: String,
+    pub org_id: String,
+    pub provider: String,
+    pub model: String,
+    pub input: i64,
+    pub output: i64,
+    pub cached_input: Option<i64>,
+    pub cache_write_5m: Option<i64>,
+    pub cache_write_1h: Option<i64>,
+    pub reasoning_output: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
 }

@@ -33,6 +33,7 @@ pub fn new_org(id: String, name: String, plan: &str, now: i64) -> Organization {
         customer_upgrade_url: None,
         created_at: now,
         updated_at: now,
+        unpriced_models: crate::db::model_prices::ESTIMATE.to_owned(),
     }
 }
 
@@ -233,6 +234,8 @@ pub struct OrgChanges {
     pub name: Option<String>,
     pub upgrade_url: Option<Option<String>>,
     pub customer_upgrade_url: Option<Option<String>>,
+    /// `estimate` or `block`, checked by the caller.
+    pub unpriced_models: Option<&'static str>,
 }
 
 /// Applies `changes`, recording `org_upgrade_url.updated` and
@@ -259,15 +262,30 @@ pub async fn update_org(
         let upgrade_url = changes.upgrade_url.clone().unwrap_or_else(|| current.upgrade_url.clone());
         let customer_upgrade_url =
             changes.customer_upgrade_url.clone().unwrap_or_else(|| current.customer_upgrade_url.clone());
+        let unpriced_models =
+            changes.unpriced_models.map_or_else(|| current.unpriced_models.clone(), str::to_owned);
         diesel::update(organizations::table.find(org_id))
             .set((
                 organizations::name.eq(&name),
                 organizations::upgrade_url.eq(&upgrade_url),
                 organizations::customer_upgrade_url.eq(&customer_upgrade_url),
+                organizations::unpriced_models.eq(&unpriced_models),
                 organizations::updated_at.eq(now),
             ))
             .execute(conn)
             .await?;
+        if unpriced_models != current.unpriced_models {
+            let entry = Entry {
+                org_id,
+                actor_user_id: Some(actor_id),
+                action: actions::ORG_UNPRICED_MODELS_UPDATED,
+                resource_type: resources::ORGANIZATION,
+                resource_id: Some(ids::prefixed(ids::ORG, org_id)),
+                metadata: json!({ "unpricedModels": unpriced_models, "previous": current.unpriced_models }),
+            };
+            record_audit!(conn, audit::new_event(entry, now))?;
+            crate::db::model_prices::note_price_change!(conn, org_id, now);
+        }
         let url_events = [
             (actions::ORG_UPGRADE_URL_UPDATED, "upgradeUrl", &current.upgrade_url, &upgrade_url),
             (
@@ -290,7 +308,14 @@ pub async fn update_org(
                 record_audit!(conn, audit::new_event(entry, now))?;
             }
         }
-        Ok(Some(Organization { name, upgrade_url, customer_upgrade_url, updated_at: now, ..current }))
+        Ok(Some(Organization {
+            name,
+            upgrade_url,
+            customer_upgrade_url,
+            unpriced_models,
+            updated_at: now,
+            ..current
+        }))
     })
 }
 

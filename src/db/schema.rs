@@ -22,6 +22,7 @@ diesel::table! {
         customer_upgrade_url -> Nullable<Text>,
         created_at -> BigInt,
         updated_at -> BigInt,
+        unpriced_models -> Text,
     }
 }
 
@@ -194,6 +195,31 @@ diesel::table! {
         id -> Text,
         org_id -> Text,
         upstream -> Text,
+        changed_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    model_prices (id) {
+        id -> Text,
+        org_id -> Text,
+        provider -> Text,
+        model -> Text,
+        input -> BigInt,
+        output -> BigInt,
+        cached_input -> Nullable<BigInt>,
+        cache_write_5m -> Nullable<BigInt>,
+        cache_write_1h -> Nullable<BigInt>,
+        reasoning_output -> Nullable<BigInt>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    model_price_changes (id) {
+        id -> Text,
+        org_id -> Text,
         changed_at -> BigInt,
     }
 }
@@ -494,6 +520,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     key_changes,
     provider_credentials,
     provider_credential_changes,
+    model_prices,
+    model_price_changes,
     cost_events,
     cost_event_tags,
     cost_event_bodies,

@@ -82,6 +82,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         crate::api::orgs::ApiDoc::openapi(),
         crate::api::keys::ApiDoc::openapi(),
         crate::api::provider_credentials::ApiDoc::openapi(),
+        crate::api::model_prices::ApiDoc::openapi(),
         crate::api::audit::ApiDoc::openapi(),
         crate::api::actions::ApiDoc::openapi(),
         crate::api::budgets::ApiDoc::openapi(),

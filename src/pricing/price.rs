@@ -106,7 +106,7 @@ impl ModelPrice {
     }
 
     /// Fills the provider-specific defaults that `ModelPrice`'s own accessors cannot know.
-    pub(super) fn with_provider_defaults(mut self, provider: Provider) -> Self {
+    pub fn with_provider_defaults(mut self, provider: Provider) -> Self {
         if provider == Provider::Anthropic {
             // Anthropic bills a 5-minute cache write at 1.25× and a 1-hour one at 2× input.
             let input = i128::from(self.input);

@@ -5,9 +5,10 @@
 use serde::Serialize;
 
 use super::{PricingTable, Provider};
+use crate::db::models::RuntimePrice;
 use crate::db::unpriced::{self, UnpricedModel};
 use crate::db::{DbResult, Pool};
-use crate::util::time;
+use crate::util::{ids, time};
 
 /// How far back "recently seen" looks.
 pub const RECENT_DAYS: i64 = 7;
@@ -26,8 +27,37 @@ pub struct PricingReport {
     /// The window of `unpriced_models`, in days.
     pub window_days: i64,
     /// Models charged at the unknown-model price in the window that the table still
-    /// does not know, most recently seen first.
+    /// does not know, most recently seen first. For one organization, the models its
+    /// runtime prices cover are left out too.
     pub unpriced_models: Vec<UnpricedEntry>,
+    /// Prices set at run time (`PUT /api/model-prices/...`): the organization's own,
+    /// or every organization's; absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runtime_prices: Vec<RuntimeEntry>,
+}
+
+/// One price set at run time, in µ$ per million tokens.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuntimeEntry {
+    pub org_id: String,
+    pub provider: String,
+    pub model: String,
+    pub input: i64,
+    pub output: i64,
+    pub updated_at: String,
+}
+
+impl From<RuntimePrice> for RuntimeEntry {
+    fn from(r: RuntimePrice) -> Self {
+        RuntimeEntry {
+            org_id: ids::prefixed(ids::ORG, &r.org_id),
+            provider: r.provider,
+            model: r.model,
+            input: r.input,
+            output: r.output,
+            updated_at: time::iso(r.updated_at),
+        }
+    }
 }
 
 /// One unknown model.
@@ -52,12 +82,21 @@ pub async fn report(
 ) -> DbResult<PricingReport> {
     let since = now_ms.saturating_sub(RECENT_DAYS.saturating_mul(DAY_MS));
     let seen = unpriced::recent(pool, org_id, since).await?;
+    let runtime = match org_id {
+        Some(org) => crate::db::model_prices::list(pool, org).await?,
+        None => crate::db::model_prices::list_all(pool).await?,
+    };
+    let mut unpriced_models = still_unpriced(table, seen);
+    if org_id.is_some() {
+        unpriced_models.retain(|m| !runtime.iter().any(|r| r.provider == m.provider && r.model == m.model));
+    }
     Ok(PricingReport {
         models: table.len(),
         checked_at: table.checked_at().map(str::to_owned),
         age_days: table.checked_at().and_then(|d| age_days(d, now_ms)),
         window_days: RECENT_DAYS,
-        unpriced_models: still_unpriced(table, seen),
+        unpriced_models,
+        runtime_prices: runtime.into_iter().map(RuntimeEntry::from).collect(),
     })
 }
 

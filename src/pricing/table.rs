@@ -187,6 +187,18 @@ impl PricingTable {
             .flat_map(move |p| self.models[p.index()].iter().map(move |(model, price)| (p, &**model, price)))
     }
 
+    /// Every entry of the operator-defined upstreams, by upstream name, in no
+    /// particular order.
+    pub fn iter_named(&self) -> impl Iterator<Item = (&str, &str, &ModelPrice)> {
+        self.named.iter().flat_map(|(name, models)| models.iter().map(move |(m, p)| (&**name, &**m, p)))
+    }
+
+    /// Whether the table holds exactly this entry under `provider`'s own name (not an
+    /// alias): tells a built-in entry from one an operator's file replaced or added.
+    pub fn has_exact(&self, provider: Provider, model: &str, price: &ModelPrice) -> bool {
+        self.models[provider.index()].get(model) == Some(price)
+    }
+
     /// Finds the price of `model` at `provider` (`openai`, `anthropic`, `google`/`gemini`),
     /// returning the table's own model name with it. See [`PricingTable::lookup_in`].
     pub fn lookup(&self, provider: &str, model: &str) -> Option<(&str, &ModelPrice)> {

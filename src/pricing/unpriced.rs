@@ -52,7 +52,7 @@ impl UnpricedModels {
                 provider = provider.as_str(),
                 model = truncate(model, MAX_LOGGED_NAME),
                 "model not in the price table: charged at the provider's fallback price \
-                 (add it with SPENDGATE_PRICING_FILE; see docs/pricing.md)"
+                 (add it with SPENDGATE_PRICING_FILE, or per organization with PUT /api/model-prices/{{provider}}/{{model}}; see docs/pricing.md)"
             );
             if self.len() == MAX_REMEMBERED {
                 tracing::warn!(

@@ -46,7 +46,8 @@ pub struct Admitted {
     pub body: Bytes,
     pub summary: RequestSummary,
     pub model: String,
-    /// The pricing table's entry for the model (dated aliases resolved), if it has one.
+    /// The organization's runtime price of the model, else the pricing table's entry
+    /// (dated aliases resolved), if either has one.
     pub price: Option<ModelPrice>,
     pub effective_tags: BTreeMap<String, String>,
     pub customer: Option<String>,
@@ -153,12 +154,7 @@ pub async fn admit(
         .clone()
         .or_else(|| effective_tags.get("customer").filter(|c| is_customer_id(c)).cloned());
     let target = upstream_target(state, route, named.as_deref(), headers.upstream.as_deref())?;
-    let resolved = if target.named {
-        state.pricing.lookup_named(&target.provider, &model)
-    } else {
-        state.pricing.lookup_in(provider, &model)
-    }
-    .map(|(name, price)| (name.to_owned(), *price));
+    let (resolved, unpriced) = super::priced::price(state, &key.org_id, &target, provider, &model).await?;
     let mut admitted = Admitted {
         key,
         provider,
@@ -178,6 +174,7 @@ pub async fn admit(
         _room: room,
     };
     check_policy(state, &admitted, resolved.as_ref().map(|(n, _)| n.as_str())).await?;
+    super::priced::refuse_unpriced(state, &admitted, unpriced).await?;
     admitted.credential = credential::resolve(
         state,
         &admitted.key,

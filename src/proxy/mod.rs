@@ -20,6 +20,7 @@ pub mod passthrough;
 pub mod peer;
 pub mod plan;
 pub mod policy;
+mod priced;
 pub mod reservation;
 pub mod route;
 pub mod settlement;

@@ -127,7 +127,8 @@ pub struct McpRecorded {
         (status = "4XX", description = "Our errors in the envelope (validation_error, invalid_json, invalid_upstream, \
             unauthorized, forbidden (also: the key requires stored provider credentials and the call brought \
             its own), mandate_violation, customer_not_allowed, payload_too_large, \
-            unsupported_media_type, rate_limit_exceeded, invalid_input when a budget with exactCeiling cannot \
+            unsupported_media_type, rate_limit_exceeded, model_not_priced (no price for the model and the \
+            organization's unpricedModels is block), invalid_input when a budget with exactCeiling cannot \
             bound the call (non-text parts, provider-run tools, a thinking budget above the clamped bound), \
             and the enforcement codes with X-Service-Denied: 1), \
             or the provider's own error passed through", content((ProviderBody = "application/json"))),

@@ -17,6 +17,9 @@ pub const MAX_EVENT_DURATION_MS: i64 = 86_400_000;
 /// Largest budget amount (limit, velocity limit, session limit, reserve): 10^15 µ$
 /// (one billion dollars).
 pub const MAX_BUDGET_MICRODOLLARS: i64 = 1_000_000_000_000_000;
+/// Largest price of a model set at run time, per kind: 10^10 µ$ per million tokens
+/// ($10,000 per million tokens, far above any provider's list price).
+pub const MAX_PRICE_MICRODOLLARS_PER_MILLION_TOKENS: i64 = 10_000_000_000;
 
 /// Checks `min <= value <= max` and reports `must be an integer from min to max` at
 /// `path` otherwise.
