@@ -79,9 +79,13 @@ pub const GRAINS: [(&str, &[&str]); 13] = [
     (GOVERNED, &[DAY, HOUR]),
 ];
 
-/// Whether dimension `dim` is kept at `grain`.
+/// Whether dimension `dim` is kept at `grain` (a dimension missing from [`GRAINS`]
+/// at day and hour, so that none is ever dropped).
 pub fn has_grain(dim: &str, grain: &str) -> bool {
-    GRAINS.iter().any(|(d, grains)| *d == dim && grains.contains(&grain))
+    GRAINS
+        .iter()
+        .find(|(d, _)| *d == dim)
+        .map_or(grain == DAY || grain == HOUR, |(_, grains)| grains.contains(&grain))
 }
 
 /// The bucket of an event created at `created_at` at `grain`.
@@ -1015,6 +1019,20 @@ pub async fn backfill_if_pending(pool: &Pool) -> DbResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_dimension_keeps_day_and_hour_and_only_the_listed_ones_all_time() {
+        for (dim, grains) in GRAINS {
+            assert!(has_grain(dim, DAY) && has_grain(dim, HOUR), "{dim}");
+            assert_eq!(has_grain(dim, ALL_TIME), grains.contains(&ALL_TIME), "{dim}");
+        }
+        assert!(has_grain(TAG_MODEL, ALL_TIME) && !has_grain(TRACE, ALL_TIME));
+        assert!(has_grain("unlisted", DAY) && !has_grain("unlisted", ALL_TIME));
+        assert_eq!(
+            (bucket_of(DAY, DAY_MS + 1), bucket_of(HOUR, -1), bucket_of(ALL_TIME, 12_345)),
+            (1, -1, 0)
+        );
+    }
 
     #[test]
     fn source_labels_read_back_whatever_the_names_hold() {
