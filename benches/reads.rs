@@ -12,7 +12,8 @@
 //! marks the rollup back-fill pending, starts the release server (which back-fills
 //! the rollups from the raw events before it listens, the same path a database from
 //! before the rollups takes), then times each read over HTTP: median of 5 (after one
-//! warm-up). Reported, not asserted. Besides the dashboard reads: budget spend
+//! warm-up). Reported, not asserted. Besides the dashboard reads: the event list
+//! (unfiltered, by session, by a rare tag, by a tag and a model), budget spend
 //! sources (API key, tag, customer budgets, all time) and the margins' unmatched
 //! list (all-time cost per `customer` tag value), which read the rollups too.
 //!
@@ -227,10 +228,14 @@ async fn run(label: &str, db_url: &str, n: usize) {
     let session = format!("sess-{}", (n / 50) / 2);
     let reads = [
         "/api/cost-events/summary?period=30d".to_owned(),
+        "/api/cost-events/summary?period=90d".to_owned(),
         "/api/cost-events/attribution?groupBy=team".to_owned(),
         "/api/cost-events/attribution?groupBy=api_key".to_owned(),
         "/api/cost-events/attribution/team-7?groupBy=team".to_owned(),
         format!("/api/cost-events?sessionId={session}"),
+        "/api/cost-events?tag.customer=cust-7".to_owned(),
+        "/api/cost-events?tag.team=team-7&model=gpt-4o".to_owned(),
+        "/api/cost-events".to_owned(),
         format!("/api/cost-events/sessions/{session}"),
         "/api/cost-events/tag-keys".to_owned(),
     ];

@@ -253,6 +253,75 @@ async fn list_pages_through_cursors() {
     assert_eq!(ids_of(&r), vec![s.events[1].clone()]);
 }
 
+/// A tag filter walks the tag rows (newest first) instead of the events: the pages
+/// must still come in the list's order, ties on `created_at` broken by id, with
+/// further filters (a second tag, a provider) and across cursors.
+#[tokio::test]
+async fn tag_filtered_list_pages_in_list_order() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (_, raw) = create_key(&owner, "alpha").await;
+    let events: Vec<Value> = (0..24)
+        .map(|i| {
+            let provider = if i % 3 == 0 { "anthropic" } else { "openai" };
+            json!({ "provider": provider, "model": "m", "inputTokens": 1, "outputTokens": 1,
+                "costMicrodollars": 100 + i, "tags": { "team": format!("t{}", i % 2), "env": format!("e{}", i % 4) } })
+        })
+        .collect();
+    let r = read(
+        owner
+            .request(reqwest::Method::POST, "/api/cost-events/batch")
+            .header("X-Service-Key", &raw)
+            .json(&json!({ "events": events }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    // Times with ties: four events a millisecond, events of one tag interleaved.
+    let now = now_ms();
+    app.exec_sql(&format!(
+        "UPDATE cost_events SET created_at = {now} - 1000 + (cost_microdollars - 100) / 4"
+    ))
+    .await;
+    app.exec_sql(
+        "UPDATE cost_event_tags SET created_at = \
+         (SELECT e.created_at FROM cost_events e WHERE e.id = cost_event_tags.event_id)",
+    )
+    .await;
+    let all = owner.get("/api/cost-events?limit=100").await;
+    let all = all.body["data"].as_array().unwrap().clone();
+    assert_eq!(all.len(), 24);
+    let expected = |f: &dyn Fn(&Value) -> bool| -> Vec<String> {
+        all.iter().filter(|e| f(e)).map(|e| e["id"].as_str().unwrap().to_owned()).collect()
+    };
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("tag.team=t1", expected(&|e| e["tags"]["team"] == "t1")),
+        ("tag.env=e2&tag.team=t0", expected(&|e| e["tags"]["env"] == "e2")),
+        (
+            "tag.team=t0&provider=anthropic",
+            expected(&|e| e["tags"]["team"] == "t0" && e["provider"] == "anthropic"),
+        ),
+        ("tag.team=t1&tag.env=e2", vec![]),
+    ];
+    for (filter, want) in cases {
+        let mut seen = Vec::new();
+        let mut path = format!("/api/cost-events?{filter}&limit=5");
+        loop {
+            let r = owner.get(&path).await;
+            assert_eq!(r.status, 200, "{r:?}");
+            seen.extend(ids_of(&r));
+            if r.body["cursor"].is_null() {
+                break;
+            }
+            let cursor = serde_json::to_string(&r.body["cursor"]).unwrap();
+            path = format!("/api/cost-events?{filter}&limit=5&cursor={}", pct(&cursor));
+        }
+        assert_eq!(seen, want, "{filter}");
+    }
+}
+
 #[tokio::test]
 async fn list_rejects_bad_parameters_with_their_path() {
     let app = TestApp::start().await;

@@ -237,6 +237,8 @@ async fn compare_margins(pool: &Pool, org: &str, now: i64) -> usize {
     let odd = now - 30 * DAY_MS + 1_234_567;
     let windows = [
         (0, i64::MAX),
+        // All time: the all-time rows alone.
+        (i64::MIN, i64::MAX),
         (now - 30 * DAY_MS, now - 7 * DAY_MS),
         (now - 90 * DAY_MS + 12_345, now - 7 * DAY_MS - 54_321),
         (odd, odd + 2 * HOUR_MS + 17),
@@ -436,6 +438,47 @@ async fn new_dimensions_are_back_filled_alone() {
     assert_eq!(app.query_n("SELECT COUNT(*) AS n FROM rollup_backfill WHERE done_at IS NULL").await, 0);
     let org = org_of(&pool).await;
     assert!(compare_new_dims(&pool, &org, spendgate::util::time::now_ms()).await > 10);
+}
+
+/// The migration that added the all-time grain seeds it from the day rows: what it
+/// seeds equals what the accounting keeps (and a rebuild computes), and the all-time
+/// reads it serves (margins' all-time costs, budget spend sources without a reset)
+/// still equal the raw scans.
+#[tokio::test]
+async fn all_time_rows_seeded_from_day_rows_equal_a_rebuild() {
+    let app = TestApp::start().await;
+    let keys = setup(&app).await;
+    let mut rng = StdRng::seed_from_u64(25);
+    ingest(&keys, &mut rng, 80).await;
+    app.exec_sql(&format!(
+        "UPDATE cost_events SET created_at = created_at - {} WHERE id IN \
+         (SELECT id FROM cost_events ORDER BY id LIMIT 40)",
+        45 * DAY_MS
+    ))
+    .await;
+    app.exec_sql(
+        "UPDATE cost_event_tags SET created_at = \
+         (SELECT e.created_at FROM cost_events e WHERE e.id = cost_event_tags.event_id)",
+    )
+    .await;
+    vary_moved_fields(&app).await;
+    app.rebuild_rollups().await;
+    let pool = Pool::connect(&app.db.url, 2).unwrap();
+    let kept = all_rollups(&pool).await;
+    let all_time = kept.iter().filter(|r| r.0 .3 == "a").count();
+    assert!(all_time > 20, "the rebuild keeps all-time rows ({all_time})");
+    assert!(kept.iter().filter(|r| r.0 .3 == "a").all(|r| r.0 .4 == 0), "all-time rows are bucket 0");
+
+    app.exec_sql("DELETE FROM cost_rollups WHERE grain = 'a'").await;
+    let up = include_str!("../migrations/2026-11-27-000023_all_time_rollups/up.sql");
+    let seed = up.split("DROP INDEX").next().unwrap();
+    assert!(seed.contains("INSERT INTO cost_rollups"));
+    app.exec_sql(seed).await;
+    assert_same_rollups(&all_rollups(&pool).await, &kept, "all-time rows seeded from the day rows");
+    let org = org_of(&pool).await;
+    let now = spendgate::util::time::now_ms();
+    assert!(compare_margins(&pool, &org, now).await > 5);
+    assert!(compare_new_dims(&pool, &org, now).await > 10);
 }
 
 #[tokio::test]

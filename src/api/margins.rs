@@ -202,7 +202,7 @@ pub async fn unmatched_margins(
     let mappings = store::mappings(&state.pool, org).await?;
     let customers = processor::customers(&state.pool, org).await?;
     let revenue = processor::revenue_by_customer(&state.pool, org, None).await?;
-    let costs = store::cost_by_tag_value(&state.pool, org, CUSTOMER_TAG, 0, i64::MAX).await?;
+    let costs = store::cost_by_tag_value(&state.pool, org, CUSTOMER_TAG, i64::MIN, i64::MAX).await?;
     let names: BTreeMap<&str, Option<&str>> =
         customers.iter().map(|c| (c.processor_customer_id.as_str(), c.name.as_deref())).collect();
     let unmatched: Vec<Value> = customers

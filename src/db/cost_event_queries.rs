@@ -235,9 +235,11 @@ pub struct SessionsAfter {
     pub session_id: String,
 }
 
-/// Narrows a boxed query over `cost_events` (possibly joined) to `$filter`.
+/// Narrows a boxed query over `cost_events` (possibly joined) to `$filter`, its tag
+/// filters from the `$skip`-th on (the first may drive the query instead, see
+/// [`events_by_tag`]).
 macro_rules! apply_filter {
-    ($query:ident, $org_id:expr, $filter:expr) => {
+    ($query:ident, $org_id:expr, $filter:expr, $skip:expr) => {
         if let Some(v) = &$filter.request_id {
             $query = $query.filter(cost_events::request_id.eq(v));
         }
@@ -262,14 +264,15 @@ macro_rules! apply_filter {
         if let Some(v) = &$filter.budget_status {
             $query = $query.filter(cost_events::budget_status.eq(v));
         }
-        for (key, value) in &$filter.tags {
+        for (key, value) in $filter.tags.iter().skip($skip) {
+            // Aliased: the query may walk `cost_event_tags` itself (`events_by_tag`).
+            let tags = diesel::alias!(cost_event_tags as tag_filter);
             $query = $query.filter(
                 cost_events::id.eq_any(
-                    cost_event_tags::table
-                        .filter(cost_event_tags::org_id.eq($org_id))
-                        .filter(cost_event_tags::tag_key.eq(key))
-                        .filter(cost_event_tags::tag_value.eq(value))
-                        .select(cost_event_tags::event_id),
+                    tags.filter(tags.field(cost_event_tags::org_id).eq($org_id))
+                        .filter(tags.field(cost_event_tags::tag_key).eq(key))
+                        .filter(tags.field(cost_event_tags::tag_value).eq(value))
+                        .select(tags.field(cost_event_tags::event_id)),
                 ),
             );
         }
@@ -290,6 +293,53 @@ macro_rules! events_with_key_names {
     };
 }
 
+/// The events carrying tag `$key=$value`, walked newest first through the tag rows'
+/// `(org_id, tag_key, tag_value, created_at, event_id)` index and joined with the
+/// name of each event's API key. A tag row carries its event's `created_at`, so this
+/// order is the list's `(created_at, id)` order; walking the tag index instead of
+/// the organization's events reads only the tagged events, however rare the tag.
+macro_rules! events_by_tag {
+    ($org_id:expr, $key:expr, $value:expr) => {
+        cost_event_tags::table
+            .inner_join(cost_events::table.on(cost_events::id.eq(cost_event_tags::event_id)))
+            .left_join(
+                api_keys::table.on(api_keys::id
+                    .nullable()
+                    .eq(cost_events::api_key_id)
+                    .and(api_keys::org_id.eq(cost_events::org_id))),
+            )
+            .filter(cost_event_tags::org_id.eq($org_id))
+            .filter(cost_event_tags::tag_key.eq($key))
+            .filter(cost_event_tags::tag_value.eq($value))
+            .filter(cost_events::org_id.eq($org_id))
+            .order((cost_event_tags::created_at.desc(), cost_event_tags::event_id.desc()))
+            .select((CostEvent::as_select(), api_keys::name.nullable()))
+    };
+}
+
+/// Up to `limit` events of an organization matching `filter` (newest first,
+/// strictly after `after`), when the filter has a tag: [`events_by_tag`] on the
+/// first, the others as filters.
+async fn tagged_page(
+    pool: &Pool,
+    org_id: &str,
+    filter: &EventFilter,
+    (key, value): (&str, &str),
+    after: Option<&After>,
+    limit: i64,
+) -> DbResult<Vec<EventRow>> {
+    with_conn!(pool, read, |conn| {
+        let mut query = events_by_tag!(org_id, key, value).limit(limit).into_boxed();
+        apply_filter!(query, org_id, filter, 1);
+        if let Some(a) = after {
+            query = query.filter(cost_event_tags::created_at.lt(a.created_at).or(
+                cost_event_tags::created_at.eq(a.created_at).and(cost_event_tags::event_id.lt(a.id.clone())),
+            ));
+        }
+        Ok(event_rows(query.load(conn).await?))
+    })
+}
+
 fn event_rows(rows: Vec<(CostEvent, Option<String>)>) -> Vec<EventRow> {
     rows.into_iter().map(|(event, key_name)| EventRow { event, key_name }).collect()
 }
@@ -304,13 +354,16 @@ pub async fn list_page(
     after: Option<&After>,
     limit: i64,
 ) -> DbResult<Vec<EventRow>> {
+    if let Some((key, value)) = <[_]>::first(&filter.tags) {
+        return tagged_page(pool, org_id, filter, (key, value), after, limit.saturating_add(1)).await;
+    }
     with_conn!(pool, read, |conn| {
         let mut query = events_with_key_names!()
             .filter(cost_events::org_id.eq(org_id))
             .order((cost_events::created_at.desc(), cost_events::id.desc()))
             .limit(limit.saturating_add(1))
             .into_boxed();
-        apply_filter!(query, org_id, filter);
+        apply_filter!(query, org_id, filter, 0);
         if let Some(a) = after {
             query = query.filter(
                 cost_events::created_at
@@ -329,13 +382,16 @@ pub async fn export(
     filter: &EventFilter,
     max_rows: i64,
 ) -> DbResult<Vec<EventRow>> {
+    if let Some((key, value)) = <[_]>::first(&filter.tags) {
+        return tagged_page(pool, org_id, filter, (key, value), None, max_rows).await;
+    }
     with_conn!(pool, read, |conn| {
         let mut query = events_with_key_names!()
             .filter(cost_events::org_id.eq(org_id))
             .order((cost_events::created_at.desc(), cost_events::id.desc()))
             .limit(max_rows)
             .into_boxed();
-        apply_filter!(query, org_id, filter);
+        apply_filter!(query, org_id, filter, 0);
         Ok(event_rows(query.load(conn).await?))
     })
 }

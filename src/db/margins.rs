@@ -107,8 +107,9 @@ pub async fn delete_mapping(pool: &Pool, org_id: &str, id: &str) -> DbResult<boo
 }
 
 /// Cost and requests per value of tag `tag_key` among events created in
-/// `[from, to)` (milliseconds, any: both edges exact); `to = i64::MAX` for all time.
-/// From the `tag_model` rollups, so events deleted by retention still count.
+/// `[from, to)` (milliseconds, any: both edges exact); `(i64::MIN, i64::MAX)` for all
+/// time, read from the all-time rows (one per value and model). From the `tag_model`
+/// rollups, so events deleted by retention still count.
 pub async fn cost_by_tag_value(
     pool: &Pool,
     org_id: &str,

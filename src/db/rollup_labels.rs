@@ -4,7 +4,9 @@
 //! `GROUP BY` in SQL, so the database returns one row per label instead of one per
 //! label and day: the margins' all-time cost per customer tag value reads a few
 //! thousand rows instead of a few hundred thousand. The window's partial hours come
-//! from the raw events, as in [`rollups::window_between`].
+//! from the raw events, as in [`rollups::window_between`]. An all-time window
+//! (`since = i64::MIN`, no end) of dimensions kept at the all-time grain reads those
+//! rows only: one per label, however many days the events span.
 
 use std::collections::BTreeMap;
 
@@ -46,13 +48,19 @@ pub async fn window_labels(
     exclude_estimated: bool,
     specs: &[Spec<'_>],
 ) -> DbResult<Vec<LabelRow>> {
-    let c = rollups::cover(since, until);
-    let ranges: Vec<(&str, i64, i64)> = c
-        .days
-        .map(|(a, b)| ("d", a, b))
-        .into_iter()
-        .chain(c.hours.iter().map(|&(a, b)| ("h", a, b)))
-        .collect();
+    let all_time = since == i64::MIN
+        && until.is_none_or(|u| u == i64::MAX)
+        && specs.iter().all(|s| rollups::has_grain(s.dim, rollups::ALL_TIME));
+    let c = if all_time { rollups::Cover::default() } else { rollups::cover(since, until) };
+    let ranges: Vec<(&str, i64, i64)> = if all_time {
+        vec![(rollups::ALL_TIME, 0, 1)]
+    } else {
+        c.days
+            .map(|(a, b)| (rollups::DAY, a, b))
+            .into_iter()
+            .chain(c.hours.iter().map(|&(a, b)| (rollups::HOUR, a, b)))
+            .collect()
+    };
     let mut acc: BTreeMap<(String, String, String, String), Sums> = BTreeMap::new();
     for spec in specs {
         for &range in &ranges {

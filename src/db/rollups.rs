@@ -53,6 +53,50 @@ pub const SPEND_TAG: &str = "spend_tag";
 /// Proxied requests that were not refused (the plan cap's count; no labels).
 pub const GOVERNED: &str = "governed";
 
+/// The grains every dimension is kept at: UTC day and UTC hour.
+pub const DAY: &str = "d";
+pub const HOUR: &str = "h";
+/// The all-time grain (bucket 0): one row per label for ever, so that an all-time
+/// read (the margins' cost per customer tag value, a budget's spend sources without
+/// a reset) adds up one row per label however many days the events span.
+pub const ALL_TIME: &str = "a";
+
+/// The grains of each dimension, the one list of them: what [`partial`] (the
+/// accounting's fold) and the rebuild write, and what a read may use.
+pub const GRAINS: [(&str, &[&str]); 13] = [
+    (TOTAL, &[DAY, HOUR]),
+    (MODEL, &[DAY, HOUR]),
+    (KEY_MODEL, &[DAY, HOUR]),
+    (SOURCE, &[DAY, HOUR]),
+    (TOOL, &[DAY, HOUR]),
+    (TRACE, &[DAY, HOUR]),
+    (TAG_MODEL, &[DAY, HOUR, ALL_TIME]),
+    (TAG_KEY, &[DAY, HOUR]),
+    (SPEND_KEY, &[DAY, HOUR, ALL_TIME]),
+    (SPEND_USER, &[DAY, HOUR, ALL_TIME]),
+    (SPEND_CUSTOMER, &[DAY, HOUR, ALL_TIME]),
+    (SPEND_TAG, &[DAY, HOUR, ALL_TIME]),
+    (GOVERNED, &[DAY, HOUR]),
+];
+
+/// Whether dimension `dim` is kept at `grain` (a dimension missing from [`GRAINS`]
+/// at day and hour, so that none is ever dropped).
+pub fn has_grain(dim: &str, grain: &str) -> bool {
+    GRAINS
+        .iter()
+        .find(|(d, _)| *d == dim)
+        .map_or(grain == DAY || grain == HOUR, |(_, grains)| grains.contains(&grain))
+}
+
+/// The bucket of an event created at `created_at` at `grain`.
+fn bucket_of(grain: &str, created_at: i64) -> i64 {
+    match grain {
+        DAY => created_at.div_euclid(DAY_MS),
+        HOUR => created_at.div_euclid(HOUR_MS),
+        _ => 0,
+    }
+}
+
 /// One stored rollup row.
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = cost_rollups, treat_none_as_default_value = false)]
@@ -271,8 +315,8 @@ fn keys_of<'a>(
     let org: Arc<str> = Arc::from(e.org_id.as_str());
     let mut keys = Vec::with_capacity(dims.len() * grains.len());
     for &grain in grains {
-        let bucket = e.created_at.div_euclid(if grain == "d" { DAY_MS } else { HOUR_MS });
-        for (dim, name, label1, label2) in &dims {
+        let bucket = bucket_of(grain, e.created_at);
+        for (dim, name, label1, label2) in dims.iter().filter(|d| has_grain(d.0, grain)) {
             keys.push(RollupKey {
                 dim,
                 grain,
@@ -401,7 +445,7 @@ where
     I: IntoIterator<Item = (&'a CostEvent, T)>,
     T: Iterator<Item = (&'a str, &'a str)>,
 {
-    aggregate(events, &["d", "h"])
+    aggregate(events, &[DAY, HOUR, ALL_TIME])
 }
 
 /// Adds the sums of `from` into `into`.
@@ -880,7 +924,7 @@ macro_rules! rebuild_statements {
                     let t = tags.get(&e.id).map(Vec::as_slice).unwrap_or(&[]);
                     (e, t.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 }),
-                &["d", "h"],
+                &[DAY, HOUR, ALL_TIME],
             );
             for (k, s) in part {
                 if scope.dims.as_ref().is_none_or(|d| d.iter().any(|d| d == k.dim)) {
@@ -975,6 +1019,20 @@ pub async fn backfill_if_pending(pool: &Pool) -> DbResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_dimension_keeps_day_and_hour_and_only_the_listed_ones_all_time() {
+        for (dim, grains) in GRAINS {
+            assert!(has_grain(dim, DAY) && has_grain(dim, HOUR), "{dim}");
+            assert_eq!(has_grain(dim, ALL_TIME), grains.contains(&ALL_TIME), "{dim}");
+        }
+        assert!(has_grain(TAG_MODEL, ALL_TIME) && !has_grain(TRACE, ALL_TIME));
+        assert!(has_grain("unlisted", DAY) && !has_grain("unlisted", ALL_TIME));
+        assert_eq!(
+            (bucket_of(DAY, DAY_MS + 1), bucket_of(HOUR, -1), bucket_of(ALL_TIME, 12_345)),
+            (1, -1, 0)
+        );
+    }
 
     #[test]
     fn source_labels_read_back_whatever_the_names_hold() {

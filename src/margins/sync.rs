@@ -124,7 +124,7 @@ async fn auto_match(
     let mapped = existing.iter().filter(|m| m.tag_key == CUSTOMER_TAG);
     let mapped_customers: BTreeSet<&str> = mapped.clone().map(|m| m.processor_customer_id.as_str()).collect();
     let mapped_values: BTreeSet<&str> = mapped.map(|m| m.tag_value.as_str()).collect();
-    let seen = margins::cost_by_tag_value(pool, org_id, CUSTOMER_TAG, 0, i64::MAX).await?;
+    let seen = margins::cost_by_tag_value(pool, org_id, CUSTOMER_TAG, i64::MIN, i64::MAX).await?;
     let values: BTreeSet<String> = seen.into_keys().filter(|v| !mapped_values.contains(v.as_str())).collect();
     let candidates: Vec<_> =
         customers.iter().filter(|c| !mapped_customers.contains(c.id.as_str())).cloned().collect();
