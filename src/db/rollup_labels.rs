@@ -46,6 +46,7 @@ pub async fn window_labels(
     exclude_estimated: bool,
     specs: &[Spec<'_>],
 ) -> DbResult<Vec<LabelRow>> {
+    crate::db::fold::catch_up(pool).await?;
     let c = rollups::cover(since, until);
     let ranges: Vec<(&str, i64, i64)> = c
         .days
