@@ -79,6 +79,11 @@ pub struct Config {
     /// How long the accounting writer waits for more proxied calls before committing
     /// one (0 = never waits). Acknowledged ingest never waits: it commits at once.
     pub accounting_linger: Duration,
+    /// How often committed cost events are folded into the rollups (see `db::fold`);
+    /// every rollup read folds what is pending first anyway.
+    pub rollup_fold_interval: Duration,
+    /// A proxied call's answer ends only once its cost event is committed.
+    pub durable_answers: bool,
     /// Budget actors start on the proxy worker thread that first needs them (no thread
     /// hop for that worker's reservations) instead of on the actor arbiters.
     pub budget_actors_on_workers: bool,
@@ -211,6 +216,14 @@ pub const SETTINGS: &[(&str, &str)] = &[
     (
         "accounting_linger_ms",
         "wait this long to batch proxied calls' cost events into one commit; 0 = off (default 2)",
+    ),
+    (
+        "rollup_fold_ms",
+        "fold committed cost events into the rollups this often (default 250; reads fold first anyway)",
+    ),
+    (
+        "durable_answers",
+        "1 = a proxied call's answer ends only once its cost event is committed (default 0)",
     ),
     (
         "budget_actors_on_workers",
@@ -354,6 +367,11 @@ impl Config {
                 Some(_) => r.flag("shared_budgets")?,
             },
             accounting_linger: Duration::from_millis(r.number("accounting_linger_ms", 2)?),
+            rollup_fold_interval: Duration::from_millis(r.positive("rollup_fold_ms", 250)?),
+            durable_answers: match r.optional("durable_answers") {
+                None => false,
+                Some(_) => r.flag("durable_answers")?,
+            },
             budget_actors_on_workers: match r.optional("budget_actors_on_workers") {
                 None => true,
                 Some(_) => r.flag("budget_actors_on_workers")?,

@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
-use diesel::{ExpressionMethods, QueryDsl};
+use diesel::{BoolExpressionMethods, ExpressionMethods, QueryDsl};
 use diesel_async::RunQueryDsl;
 
 use crate::db::rollups::DAY_MS;
-use crate::db::schema::{cost_event_bodies, cost_event_tags, cost_events, organizations};
+use crate::db::schema::{cost_event_bodies, cost_event_tags, cost_events, fold_marks, organizations};
 use crate::db::{DbResult, Pool};
 
 /// The shortest retention: the 90-day window plus the day of its first edge.
@@ -44,6 +44,7 @@ pub fn start(pool: Pool, days: Option<i64>) {
 /// Deletes every event created before `cutoff`, batch by batch, organization by
 /// organization; returns how many were deleted.
 pub async fn run_pass(pool: &Pool, cutoff: i64) -> DbResult<u64> {
+    crate::db::fold::fold_pending(pool).await?;
     let orgs: Vec<String> = crate::with_conn!(pool, read, |conn| {
         Ok::<_, crate::db::DbError>(organizations::table.select(organizations::id).load(conn).await?)
     })?;
@@ -65,9 +66,17 @@ pub async fn run_pass(pool: &Pool, cutoff: i64) -> DbResult<u64> {
 /// one transaction (found through the `(org_id, created_at, id)` index).
 async fn delete_batch(pool: &Pool, org: &str, cutoff: i64) -> DbResult<usize> {
     crate::with_tx!(pool, |conn| {
+        // Only events already folded into the rollups (see `db::fold`): the others are
+        // deleted by a later pass.
+        let folded: i64 = fold_marks::table
+            .filter(fold_marks::name.eq(crate::db::fold::FOLDED))
+            .select(fold_marks::seq)
+            .get_result(conn)
+            .await?;
         let ids: Vec<String> = cost_events::table
             .filter(cost_events::org_id.eq(org))
             .filter(cost_events::created_at.lt(cutoff))
+            .filter(cost_events::fold_seq.is_null().or(cost_events::fold_seq.le(folded)))
             .order(cost_events::created_at.asc())
             .select(cost_events::id)
             .limit(BATCH as i64)

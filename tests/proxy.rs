@@ -887,3 +887,78 @@ async fn per_ip_limit_believes_forwarded_for_only_from_trusted_proxies() {
     assert_eq!(keyless_from(&s, "198.51.100.1").await, 429, "the forwarded address is limited");
     assert_eq!(keyless_from(&s, "198.51.100.2").await, 401, "another forwarded address is not");
 }
+
+/// With `durable_answers` on, a process killed (-9) under proxied load, JSON and
+/// streamed calls alike, leaves no call that a client saw answered whole without its
+/// cost event. A long linger keeps each record well behind its call, so without the
+/// setting answered calls would be lost.
+#[tokio::test]
+async fn durable_answers_leave_no_answered_call_unrecorded_by_a_kill() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let mut s = setup_with(&[
+        ("SPENDGATE_DURABLE_ANSWERS", "1".to_owned()),
+        ("SPENDGATE_ACCOUNTING_LINGER_MS", "20".to_owned()),
+    ])
+    .await;
+    let answered: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for i in 0..16 {
+        let (proxy, raw) = (s.app.proxy(), s.raw.clone());
+        let (answered, stop) = (answered.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let mut n = i;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let stream = n % 2 == 0;
+                let body = openai(json!({ "stream": stream, "mock": { "usage": usage(MINI_USAGE) } }));
+                let sent = proxy
+                    .request(reqwest::Method::POST, "/v1/chat/completions")
+                    .header("x-service-key", &raw)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await;
+                let Ok(resp) = sent else { continue };
+                let id = resp.headers().get("x-service-request-id").and_then(|v| v.to_str().ok());
+                let Some(id) = id.map(str::to_owned).filter(|_| resp.status() == 200) else { continue };
+                // Answered whole: the body read to its end, without a transport error.
+                let Ok(text) = resp.text().await else { continue };
+                let whole = if stream {
+                    text.contains("data: [DONE]")
+                } else {
+                    serde_json::from_str::<Value>(&text).is_ok()
+                };
+                if whole {
+                    answered.lock().unwrap().push((id, stream));
+                }
+            }
+        }));
+    }
+    for _ in 0..600 {
+        if answered.lock().unwrap().len() >= 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.app.server.kill();
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let answered = answered.lock().unwrap().clone();
+    assert!(answered.len() >= 200, "only {} calls answered before the kill", answered.len());
+    assert!(answered.iter().any(|(_, stream)| *stream) && answered.iter().any(|(_, stream)| !*stream));
+
+    s.app.restart();
+    let ids: Vec<String> = answered.iter().map(|(id, _)| format!("'{id}'")).collect();
+    let recorded = s
+        .app
+        .query_n(&format!(
+            "SELECT COUNT(DISTINCT request_id) AS n FROM cost_events WHERE request_id IN ({})",
+            ids.join(", ")
+        ))
+        .await;
+    assert_eq!(recorded, answered.len() as i64, "answered calls without a cost event after the kill");
+}

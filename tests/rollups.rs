@@ -317,9 +317,10 @@ async fn rollups_answer_exactly_what_the_scans_answered() {
     let mut rng = StdRng::seed_from_u64(13);
     let pool = Pool::connect(&app.db.url, 2).unwrap();
 
-    // Commit path: the rollups the commits kept equal a rebuild, and every read agrees.
+    // Fold: the rollups folded from the commits equal a rebuild, and every read agrees.
     ingest(&keys, &mut rng, 160).await;
     let org = org_of(&pool).await;
+    spendgate::db::fold::catch_up(&pool).await.unwrap();
     let kept = all_rollups(&pool).await;
     assert!(!kept.is_empty());
     assert_eq!(app.rebuild_rollups().await, 160);
@@ -364,9 +365,8 @@ async fn rollups_answer_exactly_what_the_scans_answered() {
 
     // New events on top of rebuilt rows.
     ingest(&keys, &mut rng, 60).await;
-    // Batches that mix new events with duplicates (a retried batch): the writer then
-    // aggregates the new ones itself instead of the batch's pre-aggregated sums, and
-    // a duplicate must add nothing.
+    // Batches that mix new events with duplicates (a retried batch): a duplicate must
+    // add nothing.
     let key = &keys[0];
     let mut seen = Vec::new();
     for round in 0..3 {
@@ -383,11 +383,54 @@ async fn rollups_answer_exactly_what_the_scans_answered() {
         assert_eq!(r.body["inserted"], json!(6), "{r:?}");
         seen.extend(events.into_iter().take(6));
     }
+    spendgate::db::fold::catch_up(&pool).await.unwrap();
     let kept = all_rollups(&pool).await;
     app.rebuild_rollups().await;
     assert_same_rollups(&all_rollups(&pool).await, &kept, "incremental rollups against a rebuild");
     assert!(compare_all(&pool, &org, spendgate::util::time::now_ms()).await > 0);
     assert!(compare_moved(&pool, &org, spendgate::util::time::now_ms()).await > 40);
+}
+
+/// The fold runs off the commit path: events committed but not folded yet when the
+/// process is killed (-9) are folded once after the restart, and those folded before
+/// the kill are not folded again.
+#[tokio::test]
+async fn a_kill_between_commit_and_fold_neither_doubles_nor_misses() {
+    // The server folds at start and then once an hour: only a read folds before that.
+    let mut app = TestApp::start_with(&[("SPENDGATE_ROLLUP_FOLD_MS", "3600000".to_owned())]).await;
+    let keys = setup(&app).await;
+    let mut rng = StdRng::seed_from_u64(5);
+    let pool = Pool::connect(&app.db.url, 2).unwrap();
+    let folded = "SELECT seq AS n FROM fold_marks WHERE name = 'folded'";
+    let committed = "SELECT COALESCE(MAX(fold_seq), 0) AS n FROM cost_events";
+
+    // Folded before the kill: a read folds what is pending first.
+    ingest(&keys, &mut rng, 120).await;
+    let org = org_of(&pool).await;
+    let all_time = Window { since: 0, exclude_estimated: false };
+    assert_eq!(q::summary(&pool, &org, all_time, 5).await.unwrap().totals.count, 120);
+    assert_eq!(app.query_n(folded).await, app.query_n(committed).await);
+    // Committed, not folded, when the process dies.
+    ingest(&keys, &mut rng, 80).await;
+    let mark = app.query_n(folded).await;
+    assert!(app.query_n(committed).await > mark, "the new events wait for the fold");
+    app.restart();
+
+    // The restarted server folds at start: exactly the events past the mark.
+    let mut now = mark;
+    for _ in 0..600 {
+        now = app.query_n(folded).await;
+        if now > mark {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(now, app.query_n(committed).await, "the restarted server folded what was pending");
+    let kept = all_rollups(&pool).await;
+    assert_eq!(app.rebuild_rollups().await, 200);
+    assert_same_rollups(&all_rollups(&pool).await, &kept, "rollups folded across a kill against a rebuild");
+    assert_eq!(scan::summary(&pool, &org, all_time, 5).await.unwrap().totals.count, 200);
+    assert!(compare_all(&pool, &org, spendgate::util::time::now_ms()).await > 0);
 }
 
 /// What the moved reads filter on that ingestion does not vary: users, the

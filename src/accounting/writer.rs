@@ -20,7 +20,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::budgets::ReservationTicket;
 use crate::db::cost_events::{self, Batch, CommitResult, NewCostEvent, Outcome, SpendChange};
-use crate::db::rollups::Partial;
 use crate::db::{DbError, Pool};
 use crate::util::time;
 
@@ -32,8 +31,6 @@ const QUEUE_CAPACITY: usize = 4_096;
 struct Job {
     /// Moved out while a commit holds them (see [`take_events`]).
     events: Vec<NewCostEvent>,
-    /// The events' rollup sums, aggregated by the caller (moved out like `events`).
-    rollups: Partial,
     size: usize,
     reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     /// A caller is waiting to acknowledge these events: commit without lingering.
@@ -110,12 +107,9 @@ impl AccountingWriter {
 
     async fn submit(&self, mut events: Vec<NewCostEvent>, urgent: bool) -> Result<Vec<Outcome>, DbError> {
         events.iter_mut().for_each(sanitize);
-        // On the caller's thread: the writer, which serializes every commit, only
-        // merges these sums.
-        let rollups = cost_events::partial_of(&events);
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Job { size: events.len(), events, rollups, reply, urgent })
+            .send(Job { size: events.len(), events, reply, urgent })
             .await
             .map_err(|_| DbError::unavailable("accounting writer stopped"))?;
         rx.await.map_err(|_| DbError::unavailable("accounting writer stopped"))?.map_err(DbError::Unavailable)
@@ -370,16 +364,11 @@ where
     }
 }
 
-/// The events of `group` and their rollup sums, in job order, moved out of the jobs
-/// for one commit.
+/// The events of `group`, in job order, moved out of the jobs for one commit.
 fn take_batch(group: &mut [Job]) -> Batch {
-    let mut batch = Batch {
-        events: Vec::with_capacity(group.iter().map(|j| j.size).sum()),
-        rollups: Vec::with_capacity(group.len()),
-    };
+    let mut batch = Batch { events: Vec::with_capacity(group.iter().map(|j| j.size).sum()) };
     for job in group.iter_mut() {
         batch.events.append(&mut job.events);
-        batch.rollups.push((job.size, std::mem::take(&mut job.rollups)));
     }
     batch
 }
@@ -387,12 +376,10 @@ fn take_batch(group: &mut [Job]) -> Batch {
 /// Puts the events of a finished commit attempt back into their jobs (for a retry, a
 /// split, or the log of a failure). The commit has let go of them, so this is a move.
 fn give_back(group: &mut [Job], batch: Events) {
-    let Batch { events, rollups } =
-        std::sync::Arc::try_unwrap(batch).unwrap_or_else(|shared| (*shared).clone());
+    let Batch { events } = std::sync::Arc::try_unwrap(batch).unwrap_or_else(|shared| (*shared).clone());
     let mut events = events.into_iter();
-    for (job, (_, sums)) in group.iter_mut().zip(rollups) {
+    for job in group.iter_mut() {
         job.events = events.by_ref().take(job.size).collect();
-        job.rollups = sums;
     }
 }
 
@@ -466,7 +453,7 @@ mod tests {
 
     fn job(e: NewCostEvent, urgent: bool) -> (Job, oneshot::Receiver<Result<Vec<Outcome>, String>>) {
         let (reply, rx) = oneshot::channel();
-        (Job { size: 1, events: vec![e], rollups: Partial::new(), reply, urgent }, rx)
+        (Job { size: 1, events: vec![e], reply, urgent }, rx)
     }
 
     fn metrics() -> WriterMetrics {

@@ -6,8 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use actors::budget::{next_period_start, period_start, ResetInterval};
 
 use crate::db::models::{CostEvent, OutboxEvent};
-use crate::db::rollups::Partial;
-use crate::db::schema::{budgets, cost_event_bodies, cost_event_tags, cost_events};
+use crate::db::schema::{budgets, cost_event_bodies, cost_event_tags, cost_events, fold_marks};
 use crate::db::{DbResult, Pool};
 use diesel::{ExpressionMethods, QueryDsl};
 
@@ -71,41 +70,10 @@ pub struct NewCostEvent {
     pub ticket: Option<crate::budgets::ReservationTicket>,
 }
 
-/// The events of one commit, with their rollup sums aggregated beforehand, job by job
-/// (see [`crate::db::rollups::partial`]).
+/// The events of one commit.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
     pub events: Vec<NewCostEvent>,
-    /// One entry per job, in the order of `events`: how many events it holds and
-    /// their rollup sums.
-    // INVARIANT: the counts add up to `events.len()`.
-    pub rollups: Vec<(usize, Partial)>,
-}
-
-/// The rollup sums of `events`.
-pub fn partial_of<'a>(events: impl IntoIterator<Item = &'a NewCostEvent>) -> Partial {
-    crate::db::rollups::partial(
-        events.into_iter().map(|e| (&e.row, e.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
-    )
-}
-
-/// The rollup sums of a commit's inserted events: a job's sums aggregated beforehand
-/// when all of its events were inserted (the common case), else its inserted events
-/// aggregated here (a duplicate adds nothing).
-fn rollups_of_inserted(batch: &Batch, inserted: &HashSet<String>) -> Partial {
-    let mut total = Partial::new();
-    let mut rest = batch.events.as_slice();
-    for (count, sums) in &batch.rollups {
-        let (events, tail) = rest.split_at((*count).min(rest.len()));
-        rest = tail;
-        if events.iter().all(|e| inserted.contains(&e.row.id)) {
-            crate::db::rollups::merge(&mut total, sums);
-        } else {
-            let kept = events.iter().filter(|e| inserted.contains(&e.row.id));
-            crate::db::rollups::merge(&mut total, &partial_of(kept));
-        }
-    }
-    total
 }
 
 /// What became of one event.
@@ -210,7 +178,18 @@ macro_rules! commit_statements {
     ($conn:ident, $subs:ident, $batch:ident, $now:ident, $($aw:tt)*) => {{
         let events = &$batch.events;
         let mut inserted_ids = HashSet::new();
-        let rows: Vec<&CostEvent> = events.iter().map(|e| &e.row).collect();
+        // The commit's place in commit order (see `crate::db::fold`): taken first, so
+        // that on PostgreSQL the row lock orders the commits of every instance.
+        let clock: i64 = diesel::update(fold_marks::table.filter(fold_marks::name.eq(crate::db::fold::CLOCK)))
+            .set(fold_marks::seq.eq(fold_marks::seq + events.len() as i64))
+            .returning(fold_marks::seq)
+            .get_result($conn) $($aw)* ?;
+        let first = clock - events.len() as i64 + 1;
+        let rows: Vec<(&CostEvent, _)> = events
+            .iter()
+            .zip(first..)
+            .map(|(e, seq)| (&e.row, cost_events::fold_seq.eq(Some(seq))))
+            .collect();
         for_fixed_chunks!(rows.as_slice(), |chunk| {
             let ids: Vec<String> = diesel::insert_into(cost_events::table)
                 .values(chunk)
@@ -239,8 +218,6 @@ macro_rules! commit_statements {
         for_fixed_chunks!(tag_rows.as_slice(), |chunk| {
             diesel::insert_into(cost_event_tags::table).values(chunk).on_conflict_do_nothing().execute($conn) $($aw)* ?;
         });
-        let rollup_rows = crate::db::rollups::rows(rollups_of_inserted(&$batch, &inserted_ids));
-        crate::db::rollups::upsert_rollups!($conn, &rollup_rows, $($aw)*);
         let body_rows: Vec<&crate::db::models::CostEventBody> = plan.bodies.iter().collect();
         for_fixed_chunks!(body_rows.as_slice(), |chunk| {
             diesel::insert_into(cost_event_bodies::table).values(chunk).on_conflict_do_nothing().execute($conn) $($aw)* ?;
@@ -358,8 +335,9 @@ fn saturating_add_spend(
 
 /// Commits a batch of events in ONE transaction: inserts the new ones (duplicates
 /// on (org, provider, dedup key) are skipped and reported with the original id),
-/// indexes their tags, adds them to the rollups (see [`super::rollups`]), adds their
-/// cost to every matched budget, and writes their `cost_event.created` and threshold
+/// indexes their tags, stamps them with their place in commit order (the rollups
+/// are folded from them afterwards, see [`super::fold`]), adds their cost to every
+/// matched budget, and writes their `cost_event.created` and threshold
 /// events to the outbox.
 pub async fn commit_batch(
     pool: &Pool,

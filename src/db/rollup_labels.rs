@@ -48,6 +48,7 @@ pub async fn window_labels(
     exclude_estimated: bool,
     specs: &[Spec<'_>],
 ) -> DbResult<Vec<LabelRow>> {
+    crate::db::fold::catch_up(pool).await?;
     let all_time = since == i64::MIN
         && until.is_none_or(|u| u == i64::MAX)
         && specs.iter().all(|s| rollups::has_grain(s.dim, rollups::ALL_TIME));

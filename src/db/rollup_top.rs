@@ -47,6 +47,7 @@ pub async fn top_labels(
     dim: &'static str,
     n: usize,
 ) -> DbResult<Vec<(String, Sums)>> {
+    crate::db::fold::catch_up(pool).await?;
     let c = rollups::cover(since, None);
     let spec = Spec { dim, name: Some(""), label1: None };
     let mut edge: BTreeMap<String, Sums> = BTreeMap::new();

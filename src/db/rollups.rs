@@ -4,9 +4,12 @@
 //! that summary, attribution and tag-key reads add up a few hundred rows instead of
 //! scanning every raw event.
 //!
-//! The accounting commit keeps them: it aggregates its batch in memory
-//! ([`plan`]) and upserts each touched row once, in the same transaction as the
-//! events ([`upsert_rollups!`]). A negative cost (a refund) is simply added.
+//! The fold keeps them, off the commit that makes an event durable
+//! ([`super::fold`]): it aggregates the committed events past its mark in memory
+//! ([`partial`]) and upserts each touched row once ([`upsert_rollups!`]), with the
+//! new mark in the same transaction. A negative cost (a refund) is simply added.
+//! Every read of the rows folds what is pending first ([`super::fold::catch_up`]),
+//! so an answer counts every event committed before it.
 //!
 //! A read window starts at an arbitrary millisecond `since`. It is answered exactly:
 //! whole UTC days from day rows, the rest of the first day from hour rows, and the
@@ -26,7 +29,7 @@ use diesel::{ExpressionMethods, Insertable, QueryDsl, Queryable, Selectable, Sel
 
 use crate::db::cost_event_queries::BreakdownTotals;
 use crate::db::models::CostEvent;
-use crate::db::schema::{cost_event_tags, cost_events, cost_rollups, rollup_backfill};
+use crate::db::schema::{cost_event_tags, cost_events, cost_rollups, fold_marks, rollup_backfill};
 use crate::db::{DbResult, Pool};
 use crate::with_conn;
 
@@ -436,10 +439,8 @@ where
 /// Rollup sums not written yet: one job's, or a whole commit's.
 pub type Partial = BTreeMap<RollupKey, Sums>;
 
-/// The day and hour sums of `events` (each with all of its tags). The accounting
-/// writer's callers compute them for their own events on their own threads, so that
-/// the one writer merges a few dozen keys per job ([`merge`]) instead of building
-/// and sorting about eighteen keys per event.
+/// The sums of `events` (each with all of its tags) at every grain of [`GRAINS`]:
+/// what the fold adds for a page of committed events.
 pub fn partial<'a, I, T>(events: I) -> Partial
 where
     I: IntoIterator<Item = (&'a CostEvent, T)>,
@@ -639,7 +640,7 @@ fn ceil_div(x: i64, unit: i64) -> i64 {
     }
 }
 
-type TagsById = HashMap<String, Vec<(String, String)>>;
+pub(crate) type TagsById = HashMap<String, Vec<(String, String)>>;
 
 /// Whether any of `specs` reads a tag dimension.
 fn reads_tags(specs: &[Spec<'_>]) -> bool {
@@ -802,6 +803,7 @@ pub async fn window_between(
     exclude_estimated: bool,
     specs: &[Spec<'_>],
 ) -> DbResult<Vec<WindowRow>> {
+    crate::db::fold::catch_up(pool).await?;
     let c = cover(since, until);
     let ranges: Vec<(&str, i64, i64)> = c
         .days
@@ -895,16 +897,29 @@ macro_rules! rebuild_statements {
             Some(dims) => diesel::delete(cost_rollups::table.filter(cost_rollups::dim.eq_any(dims)))
                 .execute($conn) $($aw)* ?,
         };
+        // A full rebuild counts every event and moves the folded mark past them all
+        // (a fold that read a page before it then finds the mark moved and drops the
+        // page); a rebuild of some dimensions leaves the events past the mark to the
+        // fold, which adds them to every dimension (see `crate::db::fold`).
+        let mark: i64 = fold_marks::table
+            .filter(fold_marks::name.eq(crate::db::fold::FOLDED))
+            .select(fold_marks::seq)
+            .get_result($conn) $($aw)* ?;
+        let upto = if scope.dims.is_some() { mark } else { i64::MAX };
         let mut acc: BTreeMap<RollupKey, Sums> = BTreeMap::new();
         let mut last = String::new();
         let mut seen = 0u64;
+        let mut new_mark = mark;
         loop {
-            let page: Vec<CostEvent> = cost_events::table
+            let loaded: Vec<(CostEvent, Option<i64>)> = cost_events::table
                 .filter(cost_events::id.gt(&last))
+                .filter(diesel::BoolExpressionMethods::or(cost_events::fold_seq.is_null(), cost_events::fold_seq.le(upto)))
                 .order(cost_events::id.asc())
                 .limit(REBUILD_PAGE)
-                .select(CostEvent::as_select())
+                .select((CostEvent::as_select(), cost_events::fold_seq))
                 .load($conn) $($aw)* ?;
+            new_mark = loaded.iter().filter_map(|(_, seq)| *seq).fold(new_mark, i64::max);
+            let page: Vec<CostEvent> = loaded.into_iter().map(|(e, _)| e).collect();
             let Some(tail) = page.last() else { break };
             last = tail.id.clone();
             seen += page.len() as u64;
@@ -919,13 +934,10 @@ macro_rules! rebuild_statements {
                     tags.entry(id).or_default().push((k, v));
                 }
             }
-            let part = aggregate(
-                page.iter().map(|e| {
-                    let t = tags.get(&e.id).map(Vec::as_slice).unwrap_or(&[]);
-                    (e, t.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                }),
-                &[DAY, HOUR, ALL_TIME],
-            );
+            let part = partial(page.iter().map(|e| {
+                let t = tags.get(&e.id).map(Vec::as_slice).unwrap_or(&[]);
+                (e, t.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            }));
             for (k, s) in part {
                 if scope.dims.as_ref().is_none_or(|d| d.iter().any(|d| d == k.dim)) {
                     acc.entry(k).or_default().add(&s);
@@ -934,6 +946,9 @@ macro_rules! rebuild_statements {
         }
         let rows: Vec<RollupRow> = acc.into_iter().map(|(k, s)| to_row(k, &s)).collect();
         upsert_rollups!($conn, &rows, $($aw)*);
+        diesel::update(fold_marks::table.filter(fold_marks::name.eq(crate::db::fold::FOLDED)))
+            .set(fold_marks::seq.eq(new_mark))
+            .execute($conn) $($aw)* ?;
         let done = rollup_backfill::done_at.eq(Some(crate::util::time::now_ms()));
         match scope.id {
             None => diesel::update(rollup_backfill::table).set(done).execute($conn) $($aw)* ?,
@@ -977,6 +992,10 @@ async fn rebuild_scope(pool: &Pool, scope: Scope) -> DbResult<u64> {
                 // Writers (another instance's commits) wait until the rebuild is in,
                 // so no event is counted twice or missed; a second rebuild waits too.
                 diesel::sql_query("LOCK TABLE cost_events IN SHARE ROW EXCLUSIVE MODE").execute(c).await?;
+                // And a fold waits too: the rows it would add are the ones deleted here.
+                diesel::sql_query("SELECT seq FROM fold_marks WHERE name = 'folded' FOR UPDATE")
+                    .execute(c)
+                    .await?;
                 rebuild_statements!(c, &scope, .await)
             })
             .await?

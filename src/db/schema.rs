@@ -164,6 +164,14 @@ diesel::table! {
         tool_calls_requested -> Nullable<Text>,
         tool_definition_tokens -> BigInt,
         dedup_key -> Text,
+        fold_seq -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    fold_marks (name) {
+        name -> Text,
+        seq -> BigInt,
     }
 }
 
@@ -527,6 +535,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     cost_event_bodies,
     cost_rollups,
     rollup_backfill,
+    fold_marks,
     event_outbox,
     idempotency_keys,
     instances,

@@ -8,6 +8,7 @@ pub mod credential;
 pub mod customers;
 mod customers_doc;
 pub mod denial;
+pub mod durable;
 pub mod events;
 pub mod forward;
 pub mod headers;

@@ -214,6 +214,12 @@ async fn proxy(
     let length = passed_length(&response, sse);
     let record_bodies = admitted.key.plan.is_paid();
     let format = admitted.route.format();
+    let (recorded, durable) = if state.config.durable_answers {
+        let (tx, rx) = super::durable::channel();
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
     let settlement = Settlement {
         state: state.clone(),
         reservation,
@@ -222,6 +228,7 @@ async fn proxy(
         started: common.started,
         upstream_ms: i64::try_from(upstream_time.as_millis()).unwrap_or(i64::MAX),
         record_bodies,
+        recorded,
     };
     let finish = Box::new(move |seen: Seen| settlement.spawn(seen));
     let metered = Metered::new(
@@ -233,9 +240,13 @@ async fn proxy(
         state.config.upstream_timeout,
         finish,
     );
-    Ok(match length {
-        Some(length) => builder.body(SizedStream::new(length, metered)),
-        None => builder.streaming(metered),
+    Ok(match (length, durable) {
+        (Some(length), None) => builder.body(SizedStream::new(length, metered)),
+        (None, None) => builder.streaming(metered),
+        (Some(length), Some(rx)) => {
+            builder.body(SizedStream::new(length, super::durable::DurableEnd::new(metered, sse, rx)))
+        }
+        (None, Some(rx)) => builder.streaming(super::durable::DurableEnd::new(metered, sse, rx)),
     })
 }
 
@@ -271,6 +282,7 @@ fn client_gone(
         started: common.started,
         upstream_ms: i64::try_from(common.started.elapsed().as_millis()).unwrap_or(i64::MAX),
         record_bodies: false,
+        recorded: None,
     };
     settlement.spawn(Seen::cancelled());
     ApiError::new(ErrorCode::UpstreamError, "The client went away before the provider answered")

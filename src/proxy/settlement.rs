@@ -60,6 +60,9 @@ pub struct Settlement {
     pub upstream_ms: i64,
     /// Keep the request and response bodies (Pro and above).
     pub record_bodies: bool,
+    /// Told whether the call's record was committed (`durable_answers`: the answer's
+    /// end waits for it, see [`super::durable`]).
+    pub recorded: Option<tokio::sync::oneshot::Sender<bool>>,
 }
 
 /// A settlement on its way to the writer's thread, handed over when dropped (see
@@ -104,7 +107,7 @@ impl Settlement {
         }
     }
 
-    async fn run(self, seen: Seen) {
+    async fn run(mut self, seen: Seen) {
         let seen = seen.read();
         let state = self.state.clone();
         let a = &self.admitted;
@@ -125,16 +128,24 @@ impl Settlement {
         }
         let event = self.event(&seen, &charge);
         let request_id = a.headers.request_id.clone();
+        let recorded = self.recorded.take();
         let reservation = self.reservation;
-        match state.writer.record(vec![event]).await {
+        let committed = match state.writer.record(vec![event]).await {
             // Inserted, or already inserted by a commit retried after an unclear
             // failure: either way this call's cost is in storage once.
             // ... and its commit settled the reservation on the actors.
-            Ok(_) => reservation.committed(),
+            Ok(_) => {
+                reservation.committed();
+                true
+            }
             Err(e) => {
                 // Dropping the reservation releases its holds.
                 tracing::error!(error = %e, request_id = %request_id, "could not record a proxied call");
+                false
             }
+        };
+        if let Some(recorded) = recorded {
+            let _ = recorded.send(committed);
         }
     }
 
