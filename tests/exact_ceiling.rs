@@ -172,6 +172,71 @@ async fn calls_until_refusal_never_pass_the_limit_and_the_refusal_says_why_in_do
     assert!(message.contains("left") && message.contains("$0.00"), "{message}");
 }
 
+/// An agent looping fast on a small budget: every call is clamped (its estimate does
+/// not fit), and each next call goes out the moment the previous answer ends. A
+/// clamped call holds the whole room left while it runs; its answer ends only once
+/// the room beyond its cost is given back, so the next call finds it.
+#[tokio::test]
+async fn the_next_call_sent_as_a_clamped_answer_ends_finds_the_room() {
+    const LIMIT: i64 = 5_000;
+    let s = setup().await;
+    let (key_id, client, raw) = exact_key(&s, LIMIT).await;
+    let mut spent_at_most = 0;
+    for call in 0..16 {
+        // 16,000 output tokens would cost 9,600 µ$: never fits, always clamped. Each
+        // call uses 60 output tokens and its prompt's bytes (about 130 µ$).
+        let body = json!({ "model": "gpt-4o-mini", "messages": [{ "role": "user", "content": "hi" }],
+            "max_tokens": 16_000, "stream": call % 2 == 1,
+            "mock": { "honour_bound": true, "input_from_bytes": true, "usage": { "output": 60 } } });
+        let r = send(&client, "/v1/chat/completions", &body).await;
+        assert_eq!(r.status, 200, "call {call}, right after the previous answer: {r:?}");
+        assert!(r.header(CLAMPED).is_some(), "call {call} was not clamped");
+        spent_at_most += 1;
+    }
+    let spend = settled_spend(&s.app, &s.owner, &key_id, &raw).await;
+    assert!(spend <= LIMIT, "spend {spend} passed the limit");
+    assert!(spend < spent_at_most * 400, "{spend} µ$ for {spent_at_most} small calls");
+}
+
+/// A session limit on an `exactCeiling` budget clamps like the budget's own limit: a
+/// session's last room is used, never passed, and refused only below the floor.
+#[tokio::test]
+async fn a_session_limit_on_an_exact_ceiling_budget_clamps_too() {
+    const SESSION_LIMIT: i64 = 1_500;
+    let s = setup().await;
+    let (key_id, raw) = create_key(&s.owner, "agent").await;
+    let r = s
+        .owner
+        .post(
+            "/api/budgets",
+            json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 1_000_000,
+                "sessionLimitMicrodollars": SESSION_LIMIT, "exactCeiling": true, "loopMaxCalls": 0 }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let body = json!({ "model": "gpt-4o-mini", "messages": [{ "role": "user", "content": "hi" }],
+        "max_tokens": 16_000, "mock": greedy() });
+    let url = format!("{}/v1/chat/completions", s.app.server.proxy);
+    let call = |session: &'static str| {
+        let req = reqwest::Client::new().post(&url).header("x-service-key", &raw);
+        let req = req.header("authorization", "Bearer p-key").header("x-service-session", session);
+        let body = body.clone();
+        async move { read(req.json(&body).send().await.expect("request")).await }
+    };
+    let first = call("s-1").await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert!(first.header(CLAMPED).is_some(), "the session's room clamps: {first:?}");
+    // The greedy provider spent the session's room: below the floor now.
+    let second = call("s-1").await;
+    assert_eq!((second.status, second.code()), (429, "session_limit_exceeded"), "{second:?}");
+    // Another session has its own room.
+    let other = call("s-2").await;
+    assert_eq!(other.status, 200, "{other:?}");
+    let spend = settled_spend(&s.app, &s.owner, &key_id, &raw).await;
+    assert!(spend <= 2 * SESSION_LIMIT, "spend {spend} passed two sessions' limits");
+    assert!(spend > SESSION_LIMIT, "spend {spend}: the sessions' room was used");
+}
+
 #[tokio::test]
 async fn without_exact_ceiling_the_refusal_names_the_reservation_the_room_and_the_way_out() {
     let s = setup().await;

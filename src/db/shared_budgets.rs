@@ -389,6 +389,41 @@ pub async fn release(pool: &Pool, holds: &[SharedHold]) -> DbResult<()> {
     })
 }
 
+/// Lowers the holds of a call whose cost is known before its record is committed to
+/// `amount` (never raises one), giving the surplus back to each budget at once, so
+/// the next call does not meet room still held for this one. `holds` are in lock
+/// order, as [`acquire`] returned them; a hold already freed or changed (by the
+/// reaper, by its commit) is left alone. Returns the holds with their new amounts.
+pub async fn shrink(pool: &Pool, holds: &[SharedHold], amount: i64) -> DbResult<Vec<SharedHold>> {
+    let amount = amount.max(0);
+    if holds.iter().all(|h| h.amount <= amount) {
+        return Ok(holds.to_vec());
+    }
+    with_tx!(pool, |conn| {
+        use diesel_async::RunQueryDsl;
+        let mut shrunk = Vec::with_capacity(holds.len());
+        for hold in holds {
+            let surplus = hold.amount - amount;
+            let lowered = surplus > 0
+                && diesel::update(
+                    budget_reservations::table
+                        .filter(budget_reservations::id.eq(&hold.id))
+                        .filter(budget_reservations::amount_microdollars.eq(hold.amount)),
+                )
+                .set(budget_reservations::amount_microdollars.eq(amount))
+                .execute(conn)
+                .await?
+                    == 1;
+            if lowered {
+                free_reserved!(conn, &hold.budget_id, surplus, .await);
+            }
+            let kept = if lowered { amount } else { hold.amount };
+            shrunk.push(SharedHold { amount: kept, ..hold.clone() });
+        }
+        Ok(shrunk)
+    })
+}
+
 /// Frees every reservation that expired at `now_ms` (its request or its instance
 /// died); returns how many. One short transaction per reservation (delete it, then
 /// subtract its amount), so the reaper never holds more than one budget row and

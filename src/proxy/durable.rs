@@ -8,6 +8,10 @@
 //! error instead, so the client never holds a whole answer nobody recorded. The
 //! chunks before the last pass at once: an event stream reaches the client as it
 //! comes, only its end waits.
+//!
+//! The same wrapper holds back the end of a call an `exactCeiling` budget admitted
+//! until the holds beyond its cost are given back (see `Reservation::give_back`):
+//! there the settlement answers `true` as soon as they are, before the commit.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -11,13 +11,13 @@
 //! the actors together with the other calls of the same commit.
 
 use actors::budget::{Admission, BudgetSnapshot, DenialReason, EntityType, Policy, Reserve};
-use actors::registry::{ReservationGuard, ReserveAllError};
+use actors::registry::{ReservationGuard, ReservationTicket, ReserveAllError};
 use actors::store::EntityKey;
 use serde_json::json;
 
 use super::denial::{self, denial_error, with_budget_headers, Refused};
 use super::events::{self, Call};
-use crate::budgets::{admission_error, ReservationTicket};
+use crate::budgets::admission_error;
 use crate::db::shared_budgets::{self, AcquireError, Acquired, HoldRequest, SharedHold};
 use crate::db::Pool;
 use crate::error::ApiError;
@@ -101,6 +101,29 @@ impl Reservation {
         Ok(reservation)
     }
 
+    /// The call's cost is known (its answer has ended) but not committed yet: every
+    /// hold is lowered to it, on the actors and in the database, so that the room it
+    /// held beyond its cost is free for the next call before the commit settles it.
+    /// A clamped call holds the whole room left until then; without this, a call sent
+    /// right after its answer would be refused for room that is already unused.
+    pub async fn give_back(&mut self, cost: i64) {
+        if cost >= self.granted {
+            return;
+        }
+        if let Some(guard) = self.guard.as_mut() {
+            guard.shrink(cost).await;
+        }
+        if !self.holds.is_empty() {
+            match shared_budgets::shrink(&self.pool, &self.holds, cost).await {
+                Ok(holds) => self.holds = holds,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not lower shared reservations; the commit frees them")
+                }
+            }
+        }
+        self.granted = cost;
+    }
+
     /// What every budget holds for the call: its estimate unless an `exactCeiling`
     /// budget granted less.
     pub fn granted(&self) -> i64 {
@@ -141,9 +164,7 @@ impl Reservation {
     /// [`crate::budgets::BudgetService::settle_committed`]); `None` when no actor holds
     /// anything.
     pub fn ticket(&self) -> Option<ReservationTicket> {
-        self.guard
-            .as_ref()
-            .map(|g| ReservationTicket { reservation_id: g.reservation_id(), keys: g.keys().to_vec() })
+        self.guard.as_ref().map(ReservationGuard::ticket)
     }
 
     /// The cost event carrying this reservation's [ticket](Self::ticket) is committed:

@@ -214,12 +214,8 @@ async fn proxy(
     let length = passed_length(&response, sse);
     let record_bodies = admitted.key.plan.is_paid();
     let format = admitted.route.format();
-    let (recorded, durable) = if state.config.durable_answers {
-        let (tx, rx) = super::durable::channel();
-        (Some(tx), Some(rx))
-    } else {
-        (None, None)
-    };
+    let EndWaits { recorded, room_freed, durable } =
+        end_waits(state.config.durable_answers, reservation.exact_ceiling());
     let settlement = Settlement {
         state: state.clone(),
         reservation,
@@ -229,6 +225,7 @@ async fn proxy(
         upstream_ms: i64::try_from(upstream_time.as_millis()).unwrap_or(i64::MAX),
         record_bodies,
         recorded,
+        room_freed,
     };
     let finish = Box::new(move |seen: Seen| settlement.spawn(seen));
     let metered = Metered::new(
@@ -248,6 +245,30 @@ async fn proxy(
         }
         (None, Some(rx)) => builder.streaming(super::durable::DurableEnd::new(metered, sse, rx)),
     })
+}
+
+/// What the end of an answer waits for, and the settlement's side of it.
+struct EndWaits {
+    recorded: Option<tokio::sync::oneshot::Sender<bool>>,
+    room_freed: Option<tokio::sync::oneshot::Sender<bool>>,
+    durable: Option<tokio::sync::oneshot::Receiver<bool>>,
+}
+
+/// With `durable_answers`, an answer ends once its record is committed (the holds
+/// beyond its cost are given back before that). Otherwise a call an `exactCeiling`
+/// budget admitted ends once those holds are given back: it may have held the whole
+/// room left, and the client's next call, sent the moment this one ends, must find
+/// it. Every other answer ends as soon as its bytes are passed.
+fn end_waits(durable_answers: bool, exact_ceiling: bool) -> EndWaits {
+    if !durable_answers && !exact_ceiling {
+        return EndWaits { recorded: None, room_freed: None, durable: None };
+    }
+    let (tx, rx) = super::durable::channel();
+    if durable_answers {
+        EndWaits { recorded: Some(tx), room_freed: None, durable: Some(rx) }
+    } else {
+        EndWaits { recorded: None, room_freed: Some(tx), durable: Some(rx) }
+    }
 }
 
 /// The provider's `Content-Length` when the body reaches the client byte for byte (a
@@ -283,6 +304,7 @@ fn client_gone(
         upstream_ms: i64::try_from(common.started.elapsed().as_millis()).unwrap_or(i64::MAX),
         record_bodies: false,
         recorded: None,
+        room_freed: None,
     };
     settlement.spawn(Seen::cancelled());
     ApiError::new(ErrorCode::UpstreamError, "The client went away before the provider answered")

@@ -63,6 +63,9 @@ pub struct Settlement {
     /// Told whether the call's record was committed (`durable_answers`: the answer's
     /// end waits for it, see [`super::durable`]).
     pub recorded: Option<tokio::sync::oneshot::Sender<bool>>,
+    /// Told once the holds beyond the call's cost are given back (an `exactCeiling`
+    /// call: the answer's end waits for it, so the client's next call finds the room).
+    pub room_freed: Option<tokio::sync::oneshot::Sender<bool>>,
 }
 
 /// A settlement on its way to the writer's thread, handed over when dropped (see
@@ -125,6 +128,12 @@ impl Settlement {
             let over = &state.metrics.proxy_over_reservation;
             over.with_label_values(&["calls"]).inc();
             over.with_label_values(&["microdollars"]).inc_by(u64::try_from(excess).unwrap_or(0));
+        }
+        if self.reservation.exact_ceiling() {
+            self.reservation.give_back(charge.cost).await;
+        }
+        if let Some(room_freed) = self.room_freed.take() {
+            let _ = room_freed.send(true);
         }
         let event = self.event(&seen, &charge);
         let request_id = a.headers.request_id.clone();

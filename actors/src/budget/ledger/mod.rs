@@ -139,12 +139,11 @@ mod loops;
 mod sessions;
 #[cfg(test)]
 mod tests;
-mod vocabulary;
 mod window;
 
+pub use super::vocabulary::*;
 use loops::LoopTracker;
 use sessions::SessionTracker;
-pub use vocabulary::*;
 use window::SlidingWindow;
 
 /// How many settled reservation ids are remembered to make a repeated settle a no-op.
@@ -306,7 +305,7 @@ impl BudgetLedger {
         let flexible =
             request.floor.filter(|_| self.config.exact_ceiling && self.config.policy == Policy::StrictBlock);
         let granted = flexible.map(|floor| grant(full, floor, limit.saturating_sub(committed)));
-        let estimate = granted.flatten().unwrap_or(full);
+        let mut estimate = granted.flatten().unwrap_or(full);
 
         if let Some(breaker) = self.breaker {
             if now_ms < breaker.open_until {
@@ -330,7 +329,15 @@ impl BudgetLedger {
         let session = self.config.session_limit.zip(request.session_id);
         if let Some((session_limit, session_id)) = session {
             let session_spend = self.sessions.committed(session_id);
-            if session_spend.saturating_add(estimate) > session_limit {
+            // The session's room clamps like the budget's: down to the floor.
+            let session_room = session_limit.saturating_sub(session_spend);
+            let fits = match flexible {
+                Some(floor) if granted != Some(None) => grant(estimate, floor, session_room),
+                _ => (estimate <= session_room).then_some(estimate),
+            };
+            if let Some(fits) = fits {
+                estimate = fits;
+            } else {
                 let session_id = session_id.to_owned();
                 events.push(LedgerEvent::SessionLimitExceeded {
                     session_id: session_id.clone(),

@@ -76,3 +76,24 @@ fn grant_rules() {
     assert_eq!(grant(100, 0, 0), None);
     assert_eq!(grant(100, 10, -5), None);
 }
+
+#[test]
+fn a_session_limit_clamps_like_the_budget_down_to_the_floor() {
+    let mut plain = ledger(sessions(1_000));
+    let mut ledger = ledger(BudgetConfig { exact_ceiling: true, ..sessions(1_000) });
+    ledger.reserve(&in_session(1, 700, "s1"), T0).unwrap();
+    let clamped =
+        ledger.reserve(&ReserveRequest { floor: Some(100), ..in_session(2, 5_000, "s1") }, T0).unwrap();
+    assert_eq!(clamped.granted, 300, "the session's room, not the budget's");
+    ledger.settle(1, 650, T0);
+    ledger.settle(2, 300, T0);
+    // 50 left in the session: below the floor.
+    let denial = ledger.reserve(&ReserveRequest { floor: Some(100), ..in_session(3, 5_000, "s1") }, T0);
+    assert!(matches!(denial.unwrap_err().reason, DenialReason::SessionLimitExceeded { .. }));
+    // Another session has its own room.
+    let other =
+        ledger.reserve(&ReserveRequest { floor: Some(100), ..in_session(4, 5_000, "s2") }, T0).unwrap();
+    assert_eq!(other.granted, 1_000);
+    // Without the setting the session needs the whole estimate.
+    assert!(plain.reserve(&ReserveRequest { floor: Some(100), ..in_session(1, 5_000, "s1") }, T0).is_err());
+}
