@@ -7,6 +7,7 @@ use std::sync::Arc;
 use actors::budget::{
     BudgetConfig, EntityType, EventSink, LedgerEvent, LoopConfig, Policy, ResetInterval, VelocityConfig,
 };
+use actors::registry::ReservationTicket;
 use actors::registry::{BudgetRegistry, EntitySettles, RegistryConfig, RegistryError};
 use actors::store::{BudgetStore, EntityKey, SpendMark, StoreError, StoredBudget};
 use futures_util::future::BoxFuture;
@@ -138,16 +139,6 @@ impl EventSink for OutboxSink {
             }
         });
     }
-}
-
-/// A reservation the budget actors hold for a call whose cost event is being committed:
-/// settled on them once the commit is in, together with the other reservations of the
-/// same commit (see [`BudgetService::settle_committed`]).
-#[derive(Debug, Clone)]
-pub struct ReservationTicket {
-    pub reservation_id: u64,
-    /// Every entity the reservation was sent to.
-    pub keys: Vec<EntityKey>,
 }
 
 /// The answer to a reservation that was refused before any budget decided on it: 503

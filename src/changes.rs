@@ -57,22 +57,26 @@ pub fn start(state: AppState) {
             let now = time::now_ms();
             if now - last_prune >= PRUNE_EVERY_MS {
                 last_prune = now;
-                let before = now - KEPT_MS;
-                if let Err(e) = db::budgets::prune_changes(&state.pool, before).await {
-                    tracing::warn!(error = %e, "could not prune budget changes");
-                }
-                if let Err(e) = db::keys::prune_changes(&state.pool, before).await {
-                    tracing::warn!(error = %e, "could not prune key changes");
-                }
-                if let Err(e) = db::provider_credentials::prune_changes(&state.pool, before).await {
-                    tracing::warn!(error = %e, "could not prune credential changes");
-                }
-                if let Err(e) = db::model_prices::prune_changes(&state.pool, before).await {
-                    tracing::warn!(error = %e, "could not prune model price changes");
-                }
+                prune(&state, now - KEPT_MS).await;
             }
         }
     });
+}
+
+/// Drops every feed's change rows older than `before`.
+async fn prune(state: &AppState, before: i64) {
+    let pool = &state.pool;
+    let pruned = [
+        ("budget_changes", db::budgets::prune_changes(pool, before).await),
+        ("key_changes", db::keys::prune_changes(pool, before).await),
+        ("provider_credential_changes", db::provider_credentials::prune_changes(pool, before).await),
+        ("model_price_changes", db::model_prices::prune_changes(pool, before).await),
+    ];
+    for (feed, result) in pruned {
+        if let Err(e) = result {
+            tracing::warn!(error = %e, feed, "could not prune changes");
+        }
+    }
 }
 
 /// Where one feed was read up to, and the changes already applied in the overlap.

@@ -302,7 +302,23 @@ async fn release(pool: &Pool, id: &str) -> DbResult<()> {
     })
 }
 
-/// Deletes expired records; run periodically.
+/// How often expired records are deleted.
+const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Deletes expired records every [`PURGE_EVERY`] on the current runtime.
+pub fn start_purger(pool: Pool) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PURGE_EVERY);
+        loop {
+            tick.tick().await;
+            if let Err(e) = purge_expired(&pool).await {
+                tracing::warn!(error = %e, "could not purge idempotency records");
+            }
+        }
+    });
+}
+
+/// Deletes expired records.
 pub async fn purge_expired(pool: &Pool) -> DbResult<usize> {
     let now = time::now_ms();
     with_conn!(pool, write, |conn| {

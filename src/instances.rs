@@ -78,7 +78,7 @@ pub async fn is_gone(pool: &Pool, id: &str, now: i64) -> DbResult<bool> {
 
 /// Takes this process's lock and beats once now (so this process is alive before it
 /// serves), then keeps beating on the current runtime, holding the lock; also prunes
-/// long-silent rows and expired idempotency records.
+/// long-silent rows.
 pub async fn start(pool: Pool, id: String, started_at: i64) -> DbResult<()> {
     // Without its lock a process is still correct, only seen dead later (heartbeat).
     let mut held = lock::take(&pool, &id).await.unwrap_or_else(|e| {
@@ -104,9 +104,6 @@ pub async fn start(pool: Pool, id: String, started_at: i64) -> DbResult<()> {
                     tracing::warn!(error = %e, "could not prune instances");
                 }
                 lock::forget_gone(&pool, time::now_ms() - FORGET_AFTER_MS);
-                if let Err(e) = crate::idempotency::purge_expired(&pool).await {
-                    tracing::warn!(error = %e, "could not purge idempotency records");
-                }
             }
         }
     });

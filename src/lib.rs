@@ -83,6 +83,7 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
     instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
         .await
         .map_err(io::Error::other)?;
+    idempotency::start_purger(state.pool.clone());
     margins::scheduler::start(
         state.pool.clone(),
         state.outbox.clone(),

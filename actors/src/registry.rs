@@ -1130,6 +1130,16 @@ fn arbiter_index(key: &EntityKey, arbiters: usize) -> usize {
     usize::try_from(hasher.finish() % arbiters_u64).unwrap_or(0)
 }
 
+/// A reservation the budget actors hold for a call whose cost event is being committed:
+/// settled on them once the commit is in, together with the other reservations of the
+/// same commit (see [`BudgetRegistry::settle_batch`]).
+#[derive(Debug, Clone)]
+pub struct ReservationTicket {
+    pub reservation_id: u64,
+    /// Every entity the reservation was sent to.
+    pub keys: Vec<EntityKey>,
+}
+
 /// A reservation held on a set of entities. Dropping it unsettled releases the
 /// reservation everywhere, so a request that dies (its future dropped, an early return, a
 /// panic) cannot leak budget; the actors' reaper is the second line of defence.
@@ -1151,6 +1161,11 @@ impl ReservationGuard {
 
     pub fn keys(&self) -> &[EntityKey] {
         &self.keys
+    }
+
+    /// What the commit of the call's cost settles (see [`ReservationTicket`]).
+    pub fn ticket(&self) -> ReservationTicket {
+        ReservationTicket { reservation_id: self.reservation_id, keys: self.keys.clone() }
     }
 
     /// What each entity with a budget admitted (snapshots for response headers, events).

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::budgets::ReservationTicket;
 use crate::db::cost_events::{self, Batch, CommitResult, NewCostEvent, Outcome, SpendChange};
 use crate::db::{DbError, Pool};
 use crate::util::time;
+use actors::registry::ReservationTicket;
 
 /// Upper bound of events in one transaction.
 pub const MAX_BATCH_EVENTS: usize = 2_000;

@@ -15,6 +15,7 @@ use diesel::sql_types::BigInt;
 use diesel::upsert::excluded;
 use diesel_async::RunQueryDsl;
 
+use crate::db::change_feed::change_feed;
 use crate::db::models::Budget;
 use crate::db::rollups::{self, Spec, Sums};
 use crate::db::schema::{api_keys, budget_changes, budget_reservations, budgets, organizations};
@@ -94,46 +95,7 @@ pub fn take_own_change(id: &str, prune_before: i64) -> bool {
 /// A budget changed since `since` (`changed_at` ≥ it): (change id, org, type, id, when).
 pub type BudgetChange = (String, String, String, String, i64);
 
-/// Up to `limit` budget changes recorded at or after `since` and after the change
-/// `after` (its `(changed_at, id)`), in `(changed_at, id)` order: a page of the feed.
-pub async fn changes_since(
-    pool: &Pool,
-    since: i64,
-    after: Option<(i64, String)>,
-    limit: usize,
-) -> DbResult<Vec<BudgetChange>> {
-    with_conn!(pool, read, |conn| {
-        let mut query = budget_changes::table.filter(budget_changes::changed_at.ge(since)).into_boxed();
-        if let Some((at, id)) = &after {
-            query = query.filter(
-                budget_changes::changed_at
-                    .gt(*at)
-                    .or(budget_changes::changed_at.eq(*at).and(budget_changes::id.gt(id.clone()))),
-            );
-        }
-        Ok(query
-            .order((budget_changes::changed_at.asc(), budget_changes::id.asc()))
-            .select((
-                budget_changes::id,
-                budget_changes::org_id,
-                budget_changes::entity_type,
-                budget_changes::entity_id,
-                budget_changes::changed_at,
-            ))
-            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-            .load(conn)
-            .await?)
-    })
-}
-
-/// Drops change records older than `before`.
-pub async fn prune_changes(pool: &Pool, before: i64) -> DbResult<usize> {
-    with_conn!(pool, write, |conn| {
-        Ok(diesel::delete(budget_changes::table.filter(budget_changes::changed_at.lt(before)))
-            .execute(conn)
-            .await?)
-    })
-}
+change_feed!(budget_changes, BudgetChange, (id, org_id, entity_type, entity_id, changed_at));
 
 pub async fn upsert(pool: &Pool, row: Budget, max_budgets: Option<i64>) -> DbResult<Upserted> {
     with_tx!(pool, |conn| {

@@ -67,7 +67,7 @@ pub struct NewCostEvent {
     /// The actors' reservation this event's cost settles: once the commit is in, the
     /// writer hands it on with the other reservations of the same commit (one message
     /// per budget entity).
-    pub ticket: Option<crate::budgets::ReservationTicket>,
+    pub ticket: Option<actors::registry::ReservationTicket>,
 }
 
 /// The events of one commit.

@@ -7,6 +7,7 @@
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 
+use crate::db::change_feed::change_feed;
 use crate::db::models::ApiKey;
 use crate::db::schema::{api_keys, key_changes, organizations};
 use crate::db::{DbResult, Pool};
@@ -44,40 +45,7 @@ pub async fn note_org_keys_changed(pool: &Pool, org_id: &str) -> DbResult<()> {
 /// A key change: (change id, key hash or `None` for every key, when).
 pub type KeyChange = (String, Option<String>, i64);
 
-/// Up to `limit` key changes recorded at or after `since` and after the change
-/// `after` (its `(changed_at, id)`), in `(changed_at, id)` order: a page of the feed.
-pub async fn changes_since(
-    pool: &Pool,
-    since: i64,
-    after: Option<(i64, String)>,
-    limit: usize,
-) -> DbResult<Vec<KeyChange>> {
-    with_conn!(pool, read, |conn| {
-        let mut query = key_changes::table.filter(key_changes::changed_at.ge(since)).into_boxed();
-        if let Some((at, id)) = &after {
-            query = query.filter(
-                key_changes::changed_at
-                    .gt(*at)
-                    .or(key_changes::changed_at.eq(*at).and(key_changes::id.gt(id.clone()))),
-            );
-        }
-        Ok(query
-            .order((key_changes::changed_at.asc(), key_changes::id.asc()))
-            .select((key_changes::id, key_changes::key_hash, key_changes::changed_at))
-            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-            .load(conn)
-            .await?)
-    })
-}
-
-/// Drops key change records older than `before`.
-pub async fn prune_changes(pool: &Pool, before: i64) -> DbResult<usize> {
-    with_conn!(pool, write, |conn| {
-        Ok(diesel::delete(key_changes::table.filter(key_changes::changed_at.lt(before)))
-            .execute(conn)
-            .await?)
-    })
-}
+change_feed!(key_changes, KeyChange, (id, key_hash, changed_at));
 
 /// `last_used_at` is written at most this often per key.
 pub const TOUCH_INTERVAL_MS: i64 = 60_000;

@@ -14,6 +14,7 @@ pub mod actions;
 pub mod audit;
 pub mod bindings;
 pub mod budgets;
+pub mod change_feed;
 pub mod checkpoint;
 pub mod cost_event_queries;
 pub mod cost_event_scans;

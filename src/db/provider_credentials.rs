@@ -8,6 +8,7 @@ use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 
 use crate::db::audit::{self, actions, resources, Entry};
+use crate::db::change_feed::change_feed;
 use crate::db::models::ProviderCredential;
 use crate::db::schema::{provider_credential_changes, provider_credentials};
 use crate::db::{DbResult, Pool};
@@ -145,36 +146,4 @@ pub async fn delete(
 /// A credential change: (change id, organization, upstream, when).
 pub type CredentialChange = (String, String, String, i64);
 
-/// Up to `limit` changes at or after `since` and after `after` (its `(changed_at,
-/// id)`), in `(changed_at, id)` order: a page of the feed.
-pub async fn changes_since(
-    pool: &Pool,
-    since: i64,
-    after: Option<(i64, String)>,
-    limit: usize,
-) -> DbResult<Vec<CredentialChange>> {
-    use provider_credential_changes as c;
-    with_conn!(pool, read, |conn| {
-        let mut query = c::table.filter(c::changed_at.ge(since)).into_boxed();
-        if let Some((at, id)) = &after {
-            query = query.filter(c::changed_at.gt(*at).or(c::changed_at.eq(*at).and(c::id.gt(id.clone()))));
-        }
-        Ok(query
-            .order((c::changed_at.asc(), c::id.asc()))
-            .select((c::id, c::org_id, c::upstream, c::changed_at))
-            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-            .load(conn)
-            .await?)
-    })
-}
-
-/// Drops change records older than `before`.
-pub async fn prune_changes(pool: &Pool, before: i64) -> DbResult<usize> {
-    with_conn!(pool, write, |conn| {
-        Ok(diesel::delete(
-            provider_credential_changes::table.filter(provider_credential_changes::changed_at.lt(before)),
-        )
-        .execute(conn)
-        .await?)
-    })
-}
+change_feed!(provider_credential_changes, CredentialChange, (id, org_id, upstream, changed_at));

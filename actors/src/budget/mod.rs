@@ -11,6 +11,7 @@ pub mod period;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
+mod vocabulary;
 
 pub use actor::{BudgetActor, EventSink};
 pub use ledger::{

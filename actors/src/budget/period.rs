@@ -13,7 +13,7 @@
 
 use chrono::{DateTime, Datelike, Days, Months, NaiveDate, NaiveTime};
 
-use super::ledger::ResetInterval;
+use super::vocabulary::ResetInterval;
 
 /// The start of the period of `interval` that contains `now_ms`, in epoch milliseconds:
 /// 00:00 UTC of the day, of the Monday of the week, or of the 1st of the month.
