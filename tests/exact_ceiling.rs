@@ -249,6 +249,10 @@ async fn without_exact_ceiling_the_refusal_names_the_reservation_the_room_and_th
     let d = &r.body["error"]["details"];
     assert!(d["reserved_microdollars"].as_i64().unwrap() > 1_280_000, "{d}");
     assert_eq!(d["room_microdollars"], 500_000);
+    assert_eq!(
+        (d["budget_spend_microdollars"].as_i64(), d["budget_reserved_microdollars"].as_i64()),
+        (Some(0), Some(0))
+    );
     assert_eq!(d["estimated_request_cost_microdollars"], d["reserved_microdollars"]);
     assert_eq!(d["exact_ceiling"], false);
     assert!(d["recovery"].as_str().unwrap().contains("exactCeiling"), "{d}");

@@ -11,7 +11,7 @@ use actors::store::EntityKey;
 use serde_json::json;
 
 use crate::accounting::event::{self, Dedup, EventSpec};
-use crate::auth::keys::KeyIdentity;
+use crate::auth::identity::KeyIdentity;
 use crate::db::models::OutboxEvent;
 use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
@@ -185,7 +185,10 @@ pub(crate) fn denial_error(
         "budget_entity_type": entity.entity_type.as_str(),
         "budget_entity_id": entity.entity_id,
         "budget_limit_microdollars": snapshot.limit,
-        "budget_spend_microdollars": snapshot.committed(),
+        // Settled spend, and apart from it what calls in flight hold: a budget whose
+        // room is all held reads "spend 0, reserved N", not "spend N".
+        "budget_spend_microdollars": snapshot.spend,
+        "budget_reserved_microdollars": snapshot.reserved,
         "estimated_request_cost_microdollars": estimate,
     });
     let err = match reason {
