@@ -8,7 +8,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::auth::keys::KeyIdentity;
+use crate::auth::identity::KeyIdentity;
 use crate::db::models::CustomerBinding;
 use crate::error::{ApiError, ErrorCode};
 use crate::util::validate::is_customer_id;

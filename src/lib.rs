@@ -29,6 +29,7 @@ pub mod net;
 pub mod openapi;
 pub mod outbox;
 pub mod periods;
+pub mod plan_usage;
 pub mod plans;
 pub mod policy;
 pub mod pricing;
@@ -61,6 +62,10 @@ pub enum Surface {
 /// The current API version (see Versioning in the spec).
 pub const API_VERSION: &str = "2026-04-01";
 
+/// The header that asks for an API version and answers with the one served.
+pub const SERVICE_VERSION: actix_web::http::header::HeaderName =
+    actix_web::http::header::HeaderName::from_static("service-version");
+
 /// Migrates the database, then serves until SIGINT/SIGTERM.
 pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> {
     let applied = db::migrate(&config.database_url).await.map_err(io::Error::other)?;
@@ -77,7 +82,21 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
     db::fold::start(state.pool.clone(), state.config.rollup_fold_interval);
     retention::start(state.pool.clone(), state.config.cost_event_retention_days);
     periods::start(state.pool.clone(), state.outbox.clone(), state.budgets.clone());
-    webhooks::start(state.clone());
+    webhooks::start(
+        webhooks::Deps {
+            pool: state.pool.clone(),
+            settings: state.config.webhooks.clone(),
+            dev: state.config.dev,
+            public_url: state
+                .config
+                .public_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", state.config.control_addr)),
+            outbox: state.outbox.clone(),
+            metrics: state.metrics.clone(),
+        },
+        state.instance_id.clone(),
+    );
     changes::start(state.clone());
     state.actions.resume_pending_until_done();
     instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
@@ -98,10 +117,12 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
     let mut ready = Vec::new();
     if only != Some(Surface::Proxy) {
         let st = state.clone();
+        let document = web::Data::new(api::openapi::Document(openapi::document()));
         let server = HttpServer::new(move || {
             App::new()
                 .wrap(actix_web::middleware::from_fn(api::service_version))
                 .app_data(web::Data::new(st.clone()))
+                .app_data(document.clone())
                 .configure(api::configure)
                 .configure(dashboard::configure)
         })

@@ -12,7 +12,7 @@ use actors::budget::{next_period_start, BudgetSnapshot, EntityType};
 use actors::store::EntityKey;
 use serde_json::{json, Value};
 
-use crate::auth::keys::KeyIdentity;
+use crate::auth::identity::KeyIdentity;
 use crate::error::ApiError;
 use crate::pricing::{report, ModelPrice, Provider};
 use crate::state::AppState;

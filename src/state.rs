@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::accounting::AccountingWriter;
-use crate::auth::keys::KeyValidator;
+use crate::auth::validator::KeyValidator;
 use crate::budgets::BudgetService;
 use crate::config::Config;
 use crate::db::Pool;
@@ -40,7 +40,7 @@ pub struct Inner {
     /// Active status of customer bindings, for the gate.
     pub bindings: crate::binding_cache::BindingCache,
     /// Governed-request counters per organization (plan caps).
-    pub plan_usage: crate::proxy::plan::PlanUsage,
+    pub plan_usage: crate::plan_usage::PlanUsage,
     /// Room for proxied calls admitted and not yet recorded (`max_unsettled_calls`).
     pub unsettled: Arc<tokio::sync::Semaphore>,
     /// Identifies this process in shared reservations.
@@ -106,7 +106,7 @@ impl AppState {
             model_prices: crate::model_prices::PriceCache::default(),
             credentials: crate::credentials::CredentialCache::default(),
             bindings: crate::binding_cache::BindingCache::default(),
-            plan_usage: crate::proxy::plan::PlanUsage::default(),
+            plan_usage: crate::plan_usage::PlanUsage::default(),
             unsettled,
             instance_id: crate::util::ids::new_id(),
             started_at_ms: crate::util::time::now_ms(),

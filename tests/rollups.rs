@@ -223,7 +223,7 @@ async fn compare_new_dims(pool: &Pool, org: &str, now: i64) -> usize {
             assert_eq!(got, want, "unpriced {org_id:?} since {since}");
             filled += usize::from(!want.is_empty());
         }
-        let got = spendgate::proxy::plan::recorded_since(pool, org, since).await.unwrap();
+        let got = spendgate::plan_usage::recorded_since(pool, org, since).await.unwrap();
         assert_eq!(got, scan::governed_since(pool, org, since).await.unwrap(), "plan count since {since}");
         filled += usize::from(got > 0);
     }
@@ -621,6 +621,6 @@ async fn moved_answers(pool: &Pool, org: &str) -> MovedAnswers {
         .map(|m| (m.provider, m.model, m.calls, m.last_seen_ms.map(|t| t.div_euclid(HOUR_MS))))
         .collect();
     unpriced.sort();
-    let plan = spendgate::proxy::plan::recorded_since(pool, org, 0).await.unwrap();
+    let plan = spendgate::plan_usage::recorded_since(pool, org, 0).await.unwrap();
     (sources, by_value, unpriced, plan)
 }

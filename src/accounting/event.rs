@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::auth::keys::KeyIdentity;
+use crate::auth::identity::KeyIdentity;
 use crate::db::cost_events::NewCostEvent;
 use crate::db::models::CostEvent;
 use crate::util::ids;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use actors::budget::EntityType;
 use actors::store::EntityKey;
 
-use crate::auth::keys::KeyIdentity;
+use crate::auth::identity::KeyIdentity;
 use crate::db::cost_events::BudgetTarget;
 use crate::util::ids;
 use crate::util::validate::RESERVED_TAG_PREFIX;

@@ -12,7 +12,7 @@
 
 use crate::accounting::event::{self, Dedup, EventSpec};
 use crate::api::cost_events_ingest::{set_measured, CostEventInput};
-use crate::auth::keys::KeyIdentity;
+use crate::auth::identity::KeyIdentity;
 use crate::db::cost_events::NewCostEvent;
 use crate::db::{refunds, Pool};
 use crate::error::ApiError;

@@ -12,7 +12,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::auth::keys::{generate_raw_key, key_prefix, stored_list, stored_tags, KeyAuth};
+use crate::auth::identity::{generate_raw_key, key_prefix, stored_list, stored_tags};
+use crate::auth::keys::KeyAuth;
 use crate::auth::session::SessionAuth;
 use crate::auth::sha256_hex;
 use crate::db::keys::{Inserted, KeyChanges};

@@ -25,19 +25,13 @@ pub mod webhooks;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::header::HeaderValue;
 use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, HttpResponse};
 
+use crate::auth::keys::KeyApiVersion;
 use crate::error::{ApiError, ErrorCode};
 use crate::ratelimit::RateLimitSnapshot;
-
-pub const SERVICE_VERSION: HeaderName = HeaderName::from_static("service-version");
-
-/// The API version a request resolved to: set by key authentication when the key
-/// carries a version setting.
-#[derive(Debug, Clone)]
-pub struct KeyApiVersion(pub String);
 
 /// `YYYY-MM-DD` and a real date.
 pub fn is_api_version(v: &str) -> bool {
@@ -54,7 +48,7 @@ pub async fn service_version(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let requested = req
         .headers()
-        .get(&SERVICE_VERSION)
+        .get(&crate::SERVICE_VERSION)
         .and_then(|v| v.to_str().ok())
         .filter(|v| is_api_version(v))
         .map(str::to_owned);
@@ -63,7 +57,7 @@ pub async fn service_version(
         .or_else(|| res.request().extensions().get::<KeyApiVersion>().map(|v| v.0.clone()))
         .unwrap_or_else(|| crate::API_VERSION.to_owned());
     if let Ok(value) = HeaderValue::from_str(&version) {
-        res.headers_mut().insert(SERVICE_VERSION, value);
+        res.headers_mut().insert(crate::SERVICE_VERSION, value);
     }
     // Key authentication leaves the per-key rate-limit state behind for the
     // `X-RateLimit-*` headers of key-authenticated endpoints.

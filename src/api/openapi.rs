@@ -1,4 +1,6 @@
-//! `GET /api/openapi.json`: serves the document assembled in [`crate::openapi`].
+//! `GET /api/openapi.json`: serves the document assembled in `crate::openapi` (above
+//! this layer: it gathers every endpoint's part), which the wiring hands in as
+//! [`Document`].
 
 use actix_web::{get, web, HttpResponse};
 use utoipa::OpenApi;
@@ -7,9 +9,12 @@ use utoipa::OpenApi;
 #[utoipa::path(get, path = "/api/openapi.json", tag = "meta", security(()),
     responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json")))]
 #[get("/openapi.json")]
-async fn get_openapi() -> HttpResponse {
-    HttpResponse::Ok().json(crate::openapi::document())
+async fn get_openapi(document: web::Data<Document>) -> HttpResponse {
+    HttpResponse::Ok().json(&document.0)
 }
+
+/// The assembled OpenAPI document, as app data of the control plane.
+pub struct Document(pub utoipa::openapi::OpenApi);
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(get_openapi);

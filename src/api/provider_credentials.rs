@@ -7,7 +7,7 @@ use actix_web::{delete, get, post, web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::auth::keys::RAW_KEY_PREFIX;
+use crate::auth::identity::RAW_KEY_PREFIX;
 use crate::auth::session::SessionAuth;
 use crate::credentials;
 use crate::db;

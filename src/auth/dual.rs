@@ -9,7 +9,8 @@ use std::pin::Pin;
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest};
 
-use super::keys::{KeyAuth, KEY_HEADER};
+use super::identity::KEY_HEADER;
+use super::keys::KeyAuth;
 use super::session::SessionAuth;
 use crate::error::ApiError;
 use crate::plans::Role;

@@ -1,10 +1,12 @@
 //! Who is calling: dashboard sessions (cookie) and API keys (`X-Service-Key`).
 
 pub mod dual;
+pub mod identity;
 pub mod keys;
 pub mod password;
 pub mod session;
 pub mod users;
+pub mod validator;
 
 /// The header carrying the shared secret of the proxy's internal routes
 /// (`internal_secret`); the control plane sends it when it relays to them.

@@ -16,16 +16,16 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::common::Common;
 use super::credential::{self, own_credential_refused, Credential};
 use super::denial::{self, Refused, DENIED};
 use super::events::{self, Call};
 use super::headers::{self, ProxyHeaders};
-use super::plan::PlanDecision;
-use super::route::Common;
 use super::upstream::{self, Route};
 use super::usage::{self, RequestSummary};
-use crate::auth::keys::KeyIdentity;
+use crate::auth::identity::KeyIdentity;
 use crate::error::{ApiError, ErrorCode};
+use crate::plan_usage::PlanDecision;
 use crate::plans::Plan;
 use crate::pricing::{ModelPrice, Provider};
 use crate::state::AppState;
@@ -169,7 +169,7 @@ pub async fn admit(
         target,
         brings_own_credential: credential::brings_own(provider, req.headers(), req.query_string()),
         credential: Credential::Absent,
-        trace_id: super::route::trace_of(req).trace_id,
+        trace_id: super::trace::trace_of(req).trace_id,
         now: time::now_ms(),
         _room: room,
     };

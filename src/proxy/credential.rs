@@ -14,7 +14,7 @@ use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::HttpRequest;
 
 use super::upstream::{self, Route};
-use crate::auth::keys::{KeyIdentity, KEY_HEADER, RAW_KEY_PREFIX};
+use crate::auth::identity::{KeyIdentity, KEY_HEADER, RAW_KEY_PREFIX};
 use crate::credentials::CredentialError;
 use crate::error::{ApiError, ErrorCode};
 use crate::pricing::Provider;

@@ -30,7 +30,7 @@ use super::mcp::authenticate;
 use super::reservation::{Ask, Reservation};
 use crate::accounting::event::{self, Dedup, EventSpec};
 use crate::accounting::targets::entity_keys;
-use crate::auth::keys::KeyIdentity;
+use crate::auth::identity::KeyIdentity;
 use crate::customers::{self, BindingView, GateRequest};
 use crate::db::bindings::{self, Bound, GATE_PROVIDER};
 use crate::db::models::{Budget, CustomerBinding};
@@ -50,7 +50,7 @@ pub const PINNED_VERSION: &str = "2026-04-01";
 fn pinned(result: Result<HttpResponse, ApiError>) -> HttpResponse {
     use actix_web::ResponseError;
     let mut res = result.unwrap_or_else(|e| e.error_response());
-    res.headers_mut().insert(crate::api::SERVICE_VERSION, HeaderValue::from_static(PINNED_VERSION));
+    res.headers_mut().insert(crate::SERVICE_VERSION, HeaderValue::from_static(PINNED_VERSION));
     res
 }
 

@@ -48,7 +48,7 @@ pub async fn send(
     let body = spliced.unwrap_or_else(|| a.body.clone());
     let url = upstream::url(&a.target.base, a.route, &a.model, req.query_string());
     let client = upstream::client(&state.config);
-    let traceparent = super::route::trace_of(req).traceparent;
+    let traceparent = super::trace::trace_of(req).traceparent;
     let forwarded = upstream::forwarded_headers(
         a.route,
         req.headers(),

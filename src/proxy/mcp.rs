@@ -40,7 +40,7 @@ use super::denial::{denial_error, tightest, Refused};
 use super::reservation::{Ask, Reservation};
 use crate::accounting::event::{self, Dedup, EventSpec};
 use crate::accounting::targets::entity_keys;
-use crate::auth::keys::KeyIdentity;
+use crate::auth::identity::KeyIdentity;
 use crate::db::cost_events::Outcome;
 use crate::error::{ApiError, Issues};
 use crate::state::AppState;

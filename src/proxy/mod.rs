@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod builtin_tools;
 pub mod clamp;
+pub mod common;
 pub mod credential;
 pub mod customers;
 mod customers_doc;
@@ -19,7 +20,6 @@ pub mod meter;
 pub mod openapi;
 pub mod passthrough;
 pub mod peer;
-pub mod plan;
 pub mod policy;
 mod priced;
 pub mod reservation;
@@ -58,7 +58,7 @@ async fn trace_id(
 pub async fn key_of(
     req: &actix_web::HttpRequest,
     state: &crate::state::AppState,
-) -> Result<std::sync::Arc<crate::auth::keys::KeyIdentity>, ApiError> {
+) -> Result<std::sync::Arc<crate::auth::identity::KeyIdentity>, ApiError> {
     let raw = req.headers().get("x-service-key").and_then(|v| v.to_str().ok()).unwrap_or_default();
     match state.keys.validate(raw).await {
         Ok(Some(key)) => Ok(key),

@@ -62,7 +62,7 @@ async fn forward(
     let credential =
         credential::resolve(state, &key, key_source, Route::Responses, &target, brings_own).await?;
     let url = upstream_url(&target.base, req.path(), req.query_string());
-    let traceparent = super::route::trace_of(req).traceparent;
+    let traceparent = super::trace::trace_of(req).traceparent;
     let forwarded = upstream::forwarded_headers(
         Route::Responses,
         req.headers(),

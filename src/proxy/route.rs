@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_web::body::SizedStream;
-use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, HttpResponseBuilder};
 use actors::budget::messages::CallFingerprint;
@@ -27,58 +26,17 @@ use actors::store::EntityKey;
 
 use super::admission::{self, Admitted};
 use super::clamp;
+use super::common::{Common, Timing};
 use super::denial::{proximity, DENIED};
 use super::forward::{self, Forwarded};
 use super::meter::{Metered, Seen};
 use super::reservation::{Ask, Reservation};
 use super::settlement::Settlement;
-use super::trace::ResolvedTrace;
 use super::upstream::{self, Route};
 use crate::accounting::targets::entity_keys;
 use crate::error::{ApiError, ErrorCode};
 use crate::pricing::Provider;
 use crate::state::AppState;
-
-/// Steps timed for `Server-Timing`.
-#[derive(Default)]
-pub struct Timing {
-    pub preflight: Option<Duration>,
-    pub body: Option<Duration>,
-    pub budget: Option<Duration>,
-    pub upstream: Duration,
-}
-
-/// What every answer of a provider route carries, errors included.
-pub struct Common {
-    pub started: Instant,
-    pub timing: Timing,
-    pub request_id: Option<String>,
-    pub session: Option<String>,
-    pub version: String,
-    pub rate_limit: Option<crate::ratelimit::RateLimitSnapshot>,
-}
-
-impl Common {
-    fn apply(&self, res: &mut HttpResponse) {
-        let h = res.headers_mut();
-        if let Some(id) = self.request_id.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
-            h.insert(HeaderName::from_static("x-service-request-id"), id);
-        }
-        if let Some(s) = self.session.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
-            h.insert(HeaderName::from_static("x-service-session"), s);
-        }
-        if let Ok(v) = HeaderValue::from_str(&self.version) {
-            h.insert(HeaderName::from_static("service-version"), v);
-        }
-        if let Some(rate_limit) = &self.rate_limit {
-            // The proxy's own per-key figures; a provider's `x-ratelimit-*` headers are
-            // lower case and longer (`x-ratelimit-limit-requests`), so they never collide.
-            for (name, value) in rate_limit.headers() {
-                h.insert(name, value);
-            }
-        }
-    }
-}
 
 pub async fn chat_completions(
     req: HttpRequest,
@@ -374,12 +332,6 @@ fn is_event_stream<S>(response: &awc::ClientResponse<S>) -> bool {
         .get(actix_web::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.starts_with("text/event-stream"))
-}
-
-/// The request's resolved trace (the middleware put it there; resolved again if not).
-pub(crate) fn trace_of(req: &HttpRequest) -> ResolvedTrace {
-    use actix_web::HttpMessage;
-    req.extensions().get::<ResolvedTrace>().cloned().unwrap_or_else(|| super::trace::resolve(req.headers()))
 }
 
 /// Milliseconds with microsecond precision, for `Server-Timing` and the overhead header.

@@ -41,6 +41,12 @@ pub fn resolve(headers: &HeaderMap) -> ResolvedTrace {
     ResolvedTrace { trace_id: explicit.map(str::to_owned).unwrap_or_else(new_trace_id), traceparent: None }
 }
 
+/// The request's resolved trace (the middleware put it there; resolved again if not).
+pub(crate) fn trace_of(req: &actix_web::HttpRequest) -> ResolvedTrace {
+    use actix_web::HttpMessage;
+    req.extensions().get::<ResolvedTrace>().cloned().unwrap_or_else(|| resolve(req.headers()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

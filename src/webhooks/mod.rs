@@ -23,38 +23,27 @@ use std::time::Duration;
 
 use actix::{Actor, Addr, ArbiterHandle};
 
-use crate::state::AppState;
 use crate::util::time;
 use actor::{EndpointActor, Stop};
-use deliver::Deps;
+pub use deliver::Deps;
 
 /// How often finished deliveries are pruned.
 const PRUNE_EVERY_MS: i64 = 60_000;
 
-/// Starts the supervisor (and the webhook arbiter). Must run inside the actix system.
-pub fn start(state: AppState) {
+/// Starts the supervisor (and the webhook arbiter) for the endpoints whose lease
+/// `instance_id` takes. Must run inside the actix system.
+pub fn start(deps: Deps, instance_id: String) {
     let arbiter = actix::Arbiter::new();
     let handle = arbiter.handle();
-    let deps = Arc::new(Deps {
-        pool: state.pool.clone(),
-        settings: state.config.webhooks.clone(),
-        dev: state.config.dev,
-        public_url: state
-            .config
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{}", state.config.control_addr)),
-        outbox: state.outbox.clone(),
-        metrics: state.metrics.clone(),
-    });
+    let deps = Arc::new(deps);
     tokio::spawn(async move {
         // The arbiter lives as long as the supervisor.
         let _arbiter = arbiter;
-        supervise(state, handle, deps).await;
+        supervise(&instance_id, handle, deps).await;
     });
 }
 
-async fn supervise(state: AppState, arbiter: ArbiterHandle, deps: Arc<Deps>) {
+async fn supervise(instance_id: &str, arbiter: ArbiterHandle, deps: Arc<Deps>) {
     let lease_ms = i64::try_from(deps.settings.lease.as_millis()).unwrap_or(i64::MAX);
     let mut tick = tokio::time::interval((deps.settings.lease / 3).max(Duration::from_millis(50)));
     let mut actors: HashMap<String, Addr<EndpointActor>> = HashMap::new();
@@ -62,7 +51,7 @@ async fn supervise(state: AppState, arbiter: ArbiterHandle, deps: Arc<Deps>) {
     loop {
         tick.tick().await;
         let now = time::now_ms();
-        match crate::db::webhooks::enabled(&state.pool).await {
+        match crate::db::webhooks::enabled(&deps.pool).await {
             Ok(enabled) => {
                 let failing = enabled.iter().filter(|(_, since)| since.is_some()).count();
                 deps.metrics.webhook_endpoints_failing.set(i64::try_from(failing).unwrap_or(i64::MAX));
@@ -75,9 +64,7 @@ async fn supervise(state: AppState, arbiter: ArbiterHandle, deps: Arc<Deps>) {
                     keep
                 });
                 for (id, _) in &enabled {
-                    match crate::db::webhooks::claim_lease(&state.pool, id, &state.instance_id, now, lease_ms)
-                        .await
-                    {
+                    match crate::db::webhooks::claim_lease(&deps.pool, id, instance_id, now, lease_ms).await {
                         Ok(true) => {
                             if !actors.contains_key(id) {
                                 let (id2, deps2) = (id.clone(), deps.clone());
@@ -101,7 +88,7 @@ async fn supervise(state: AppState, arbiter: ArbiterHandle, deps: Arc<Deps>) {
         if now - last_prune >= PRUNE_EVERY_MS {
             last_prune = now;
             let retention = i64::try_from(deps.settings.retention.as_millis()).unwrap_or(i64::MAX);
-            match crate::db::webhooks::prune(&state.pool, now.saturating_sub(retention)).await {
+            match crate::db::webhooks::prune(&deps.pool, now.saturating_sub(retention)).await {
                 Ok((0, 0)) => {}
                 Ok((deliveries, rows)) => tracing::info!(deliveries, rows, "pruned delivered webhook events"),
                 Err(e) => tracing::warn!(error = %e, "webhook pruning failed; retrying"),
