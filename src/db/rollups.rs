@@ -29,7 +29,9 @@ use diesel::{ExpressionMethods, Insertable, QueryDsl, Queryable, Selectable, Sel
 
 use crate::db::cost_event_queries::BreakdownTotals;
 use crate::db::models::CostEvent;
-use crate::db::schema::{cost_event_tags, cost_events, cost_rollups, fold_marks, rollup_backfill};
+use crate::db::schema::{
+    cost_event_tags, cost_events, cost_rollups, fold_marks, rollup_backfill, trace_spans,
+};
 use crate::db::{DbResult, Pool};
 use crate::with_conn;
 
@@ -900,6 +902,12 @@ macro_rules! rebuild_statements {
             Some(dims) => diesel::delete(cost_rollups::table.filter(cost_rollups::dim.eq_any(dims)))
                 .execute($conn) $($aw)* ?,
         };
+        // The trace spans go with the trace rows.
+        let spans_too = scope.dims.as_ref().is_none_or(|d| d.iter().any(|d| d == TRACE));
+        if spans_too {
+            diesel::delete(trace_spans::table).execute($conn) $($aw)* ?;
+        }
+        let mut spans = crate::db::trace_spans::Spans::new();
         // A full rebuild counts every event and moves the folded mark past them all
         // (a fold that read a page before it then finds the mark moved and drops the
         // page); a rebuild of some dimensions leaves the events past the mark to the
@@ -937,6 +945,9 @@ macro_rules! rebuild_statements {
                     tags.entry(id).or_default().push((k, v));
                 }
             }
+            if spans_too {
+                crate::db::trace_spans::add_events(&mut spans, &page);
+            }
             let part = partial(page.iter().map(|e| {
                 let t = tags.get(&e.id).map(Vec::as_slice).unwrap_or(&[]);
                 (e, t.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -949,6 +960,8 @@ macro_rules! rebuild_statements {
         }
         let rows: Vec<RollupRow> = acc.into_iter().map(|(k, s)| to_row(k, &s)).collect();
         upsert_rollups!($conn, &rows, $($aw)*);
+        let spans = crate::db::trace_spans::rows(spans);
+        crate::db::trace_spans::upsert_spans!($conn, &spans, $($aw)*);
         diesel::update(fold_marks::table.filter(fold_marks::name.eq(crate::db::fold::FOLDED)))
             .set(fold_marks::seq.eq(new_mark))
             .execute($conn) $($aw)* ?;
