@@ -28,6 +28,9 @@ CREATE TABLE trace_spans (
 CREATE INDEX trace_spans_by_cost ON trace_spans (org_id, cost DESC, trace_id);
 CREATE INDEX trace_spans_by_firm_cost ON trace_spans (org_id, firm_cost DESC, trace_id);
 CREATE INDEX trace_spans_by_start ON trace_spans (org_id, span_class, first_at);
+-- The window sums of those few traces look their rows up by label, not by day.
+CREATE INDEX cost_rollups_trace_labels ON cost_rollups (org_id, name, label1, grain, bucket)
+    WHERE dim = 'trace';
 
 -- Seeded from the trace day rows, which hold every event ever counted (retention
 -- deletes raw events, never rollups). SUM over BIGINT is NUMERIC on PostgreSQL, so the

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use diesel::dsl::sql;
 use diesel::prelude::*;
-use diesel::sql_types::BigInt;
+use diesel::sql_types::{BigInt, Bool};
 use diesel_async::RunQueryDsl;
 
 use crate::db::rollups::{self, Spec, Sums, TRACE};
@@ -33,7 +33,6 @@ const COUNT: &str = "CAST(COALESCE(SUM(cost_rollups.event_count), 0) AS BIGINT)"
 /// Which stored rows the window sums read.
 struct Stored<'a> {
     org_id: &'a str,
-    dim: &'static str,
     days: (i64, i64),
     hours: (i64, i64),
     exclude_estimated: bool,
@@ -81,7 +80,6 @@ async fn window_sums(
     let c = rollups::cover(since, None);
     let stored = Stored {
         org_id,
-        dim: TRACE,
         days: c.days.unwrap_or((0, 0)),
         hours: <[(i64, i64)]>::first(&c.hours).copied().unwrap_or((0, 0)),
         exclude_estimated,
@@ -100,7 +98,9 @@ async fn window_sums(
     Ok(all)
 }
 
-/// The stored sums of `labels` over the days and hours of `q`.
+/// The stored sums of the traces `labels` over the days and hours of `q`: lookups in
+/// the partial index of trace rows by label (migration `2026-11-27-000024`), not a walk
+/// of every trace row of the window.
 async fn stored_sums(pool: &Pool, q: &Stored<'_>, labels: &[&str]) -> DbResult<Vec<(String, Sums)>> {
     let rows: Vec<(String, i64, i64, i64)> = with_conn!(pool, read, |conn| {
         let (d0, d1) = q.days;
@@ -111,7 +111,8 @@ async fn stored_sums(pool: &Pool, q: &Stored<'_>, labels: &[&str]) -> DbResult<V
             cost_rollups::grain.eq("h").and(cost_rollups::bucket.ge(h0)).and(cost_rollups::bucket.lt(h1));
         let mut query = cost_rollups::table
             .filter(cost_rollups::org_id.eq(q.org_id))
-            .filter(cost_rollups::dim.eq(q.dim))
+            // A literal, so that both backends can use the partial index of trace rows.
+            .filter(sql::<Bool>("cost_rollups.dim = 'trace'"))
             .filter(cost_rollups::name.eq(""))
             .filter(in_days.or(in_hours))
             .filter(cost_rollups::label1.eq_any(labels))
