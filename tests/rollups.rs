@@ -696,7 +696,7 @@ async fn top_traces_from_trace_spans_equal_the_scan() {
         })
         .collect();
     // Two traces of equal cost: the tie goes to the smaller id.
-    for (e, id) in events.iter_mut().take(2).zip(["tie-b", "tie-a"]) {
+    for (e, id) in events.iter_mut().take(2).zip(["f".repeat(31) + "b", "f".repeat(31) + "a"]) {
         e["traceId"] = json!(id);
         e["costMicrodollars"] = json!(5_000_000);
     }
