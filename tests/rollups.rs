@@ -624,3 +624,113 @@ async fn moved_answers(pool: &Pool, org: &str) -> MovedAnswers {
     let plan = spendgate::plan_usage::recorded_since(pool, org, 0).await.unwrap();
     (sources, by_value, unpriced, plan)
 }
+
+/// Spreads the events of each trace over a span that starts at a random time in the
+/// last 100 days (some on a window's start, to the millisecond): spans of minutes,
+/// hours, days, weeks, months and over a year, so that every span class is read.
+async fn spread_traces(app: &TestApp, pool: &Pool, rng: &mut StdRng, now: i64) {
+    use diesel::{ExpressionMethods, QueryDsl};
+    use diesel_async::RunQueryDsl;
+    use spendgate::db::schema::cost_events;
+    let rows: Result<Vec<(String, Option<String>)>, spendgate::db::DbError> = async {
+        spendgate::with_conn!(pool, read, |conn| {
+            Ok(cost_events::table
+                .select((cost_events::id, cost_events::trace_id))
+                .order(cost_events::id.asc())
+                .load(conn)
+                .await?)
+        })
+    }
+    .await;
+    let lengths = [10 * 60_000, 5 * HOUR_MS, 3 * DAY_MS, 20 * DAY_MS, 200 * DAY_MS, 400 * DAY_MS];
+    let mut spans = std::collections::BTreeMap::new();
+    for (id, trace) in rows.unwrap() {
+        let trace = trace.unwrap_or_default();
+        let (start, length) = *spans.entry(trace).or_insert_with(|| {
+            let length = lengths[rng.random_range(0..lengths.len())];
+            let start = match rng.random_range(0..4) {
+                0 => now - [7, 30, 90][rng.random_range(0..3)] * DAY_MS - rng.random_range(0..length),
+                _ => now - rng.random_range(0..100 * DAY_MS),
+            };
+            (start, length)
+        });
+        let at = (start + rng.random_range(0..=length)).min(now - 1);
+        app.exec_sql(&format!("UPDATE cost_events SET created_at = {at} WHERE id = '{id}'")).await;
+        app.exec_sql(&format!("UPDATE cost_event_tags SET created_at = {at} WHERE event_id = '{id}'")).await;
+    }
+}
+
+/// The summary's top traces against the scan, on windows starting on a day, an hour
+/// and an odd millisecond, with and without estimates, for several list lengths.
+async fn compare_traces(pool: &Pool, org: &str, now: i64) -> usize {
+    let mut filled = 0;
+    for since in [now - 7 * DAY_MS, now - 30 * DAY_MS + 1_234_567, now - 90 * DAY_MS, 0] {
+        for exclude_estimated in [false, true] {
+            let w = Window { since, exclude_estimated };
+            for top in [0, 1, 3, 10, 1000] {
+                let got = q::summary(pool, org, w, top).await.unwrap().traces;
+                let want = scan::summary(pool, org, w, top).await.unwrap().traces;
+                assert_eq!(got, want, "top {top} traces since {since} exclude_estimated={exclude_estimated}");
+                filled += want.len();
+            }
+        }
+    }
+    filled
+}
+
+/// Top traces come from the trace spans: traces that started in the window are
+/// ranked by their all-time sums, the others summed over the window. Against the
+/// scan with many traces of every span length; after the fold, a rebuild, the
+/// migration's seed (whole-day spans) and the fold on top of seeded rows.
+#[tokio::test]
+async fn top_traces_from_trace_spans_equal_the_scan() {
+    let app = TestApp::start().await;
+    let keys = setup(&app).await;
+    let mut rng = StdRng::seed_from_u64(31);
+    let pool = Pool::connect(&app.db.url, 2).unwrap();
+    let mut events: Vec<Value> = (0..240)
+        .map(|_| {
+            let mut e = random_event(&mut rng);
+            e["traceId"] = json!(format!("{:032x}", rng.random_range(1..90_u32)));
+            e
+        })
+        .collect();
+    // Two traces of equal cost: the tie goes to the smaller id.
+    for (e, id) in events.iter_mut().take(2).zip(["f".repeat(31) + "b", "f".repeat(31) + "a"]) {
+        e["traceId"] = json!(id);
+        e["costMicrodollars"] = json!(5_000_000);
+    }
+    for chunk in events.chunks(40) {
+        let r = keys[0].post("/api/cost-events/batch", json!({ "events": chunk })).await;
+        assert_eq!(r.status, 201, "{r:?}");
+    }
+    let org = org_of(&pool).await;
+    let now = spendgate::util::time::now_ms();
+    spread_traces(&app, &pool, &mut rng, now).await;
+    app.exec_sql("UPDATE cost_events SET estimated = TRUE WHERE id IN (SELECT id FROM cost_events ORDER BY request_id LIMIT 50)").await;
+    app.exec_sql("UPDATE cost_events SET cost_microdollars = -900000 WHERE id IN (SELECT id FROM cost_events ORDER BY dedup_key LIMIT 3)").await;
+    app.rebuild_rollups().await;
+    let classes = app.query_n("SELECT COUNT(DISTINCT span_class) AS n FROM trace_spans").await;
+    assert!(classes >= 5, "spans of {classes} classes only");
+    assert!(compare_traces(&pool, &org, now).await > 100);
+
+    // Seeded from the day rows, as the migration does for an existing database.
+    app.exec_sql("DELETE FROM trace_spans").await;
+    let up = include_str!("../migrations/2026-11-27-000024_trace_spans/up.sql");
+    let seed = &up[up.find("INSERT INTO trace_spans").unwrap()..];
+    app.exec_sql(seed).await;
+    assert!(app.query_n("SELECT COUNT(*) AS n FROM trace_spans").await > 80);
+    assert!(compare_traces(&pool, &org, now).await > 100);
+
+    // The fold on top of seeded rows, new traces and old ones.
+    let more: Vec<Value> = (0..40)
+        .map(|_| {
+            let mut e = random_event(&mut rng);
+            e["traceId"] = json!(format!("{:032x}", rng.random_range(60..120_u32)));
+            e
+        })
+        .collect();
+    let r = keys[1].post("/api/cost-events/batch", json!({ "events": more })).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    assert!(compare_traces(&pool, &org, spendgate::util::time::now_ms()).await > 100);
+}

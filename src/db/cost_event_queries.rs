@@ -22,7 +22,7 @@ use crate::db::models::CostEvent;
 use crate::db::rollup_labels::{window_labels, LabelRow};
 use crate::db::rollup_top;
 use crate::db::rollups::{
-    self, sat, Spec, Sums, WindowRow, KEY_MODEL, MODEL, SOURCE, TAG_KEY, TAG_MODEL, TOOL, TOTAL, TRACE,
+    self, sat, Spec, Sums, WindowRow, KEY_MODEL, MODEL, SOURCE, TAG_KEY, TAG_MODEL, TOOL, TOTAL,
 };
 use crate::db::schema::{api_keys, cost_event_tags, cost_events};
 use crate::db::{DbResult, Pool};
@@ -596,7 +596,7 @@ pub async fn summary(pool: &Pool, org_id: &str, window: Window, top_traces: i64)
         })
         .collect();
     let top = usize::try_from(top_traces).unwrap_or(0);
-    let traces = rollup_top::top_labels(pool, org_id, (window.since, window.exclude_estimated), TRACE, top)
+    let traces = rollup_top::top_traces(pool, org_id, (window.since, window.exclude_estimated), top)
         .await?
         .into_iter()
         .map(|(label, s)| label_total(Some(label), &s))

@@ -25,6 +25,7 @@ use diesel::{ExpressionMethods, QueryDsl, SelectableHelper};
 use crate::db::models::CostEvent;
 use crate::db::rollups::{self, RollupRow, TagsById};
 use crate::db::schema::{cost_event_tags, cost_events, fold_marks};
+use crate::db::trace_spans::{self, SpanRow};
 use crate::db::{DbError, DbResult, Pool};
 use crate::with_conn;
 
@@ -103,8 +104,10 @@ async fn fold_page(pool: &Pool) -> DbResult<Folded> {
         (e, t.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }));
     let rows = rollups::rows(sums);
+    let mut spans = trace_spans::Spans::new();
+    trace_spans::add_events(&mut spans, events.iter().map(|(e, _)| e));
     let n = events.len() as u64;
-    let written = write_page(pool, mark, last, rows).await?;
+    let written = write_page(pool, mark, last, (rows, trace_spans::rows(spans))).await?;
     Ok(if written { Folded::Page(n) } else { Folded::Raced })
 }
 
@@ -138,9 +141,14 @@ async fn read_page(pool: &Pool) -> DbResult<Page> {
     })
 }
 
-/// Adds `rows` and moves the mark from `mark` to `last`, in one transaction, if the
-/// mark is still `mark`; says whether it was.
-async fn write_page(pool: &Pool, mark: i64, last: i64, rows: Vec<RollupRow>) -> DbResult<bool> {
+/// Adds `rows` and `spans` and moves the mark from `mark` to `last`, in one
+/// transaction, if the mark is still `mark`; says whether it was.
+async fn write_page(
+    pool: &Pool,
+    mark: i64,
+    last: i64,
+    (rows, spans): (Vec<RollupRow>, Vec<SpanRow>),
+) -> DbResult<bool> {
     Ok(match pool {
         Pool::Sqlite(p) => {
             let mut conn = p.write().await?;
@@ -152,6 +160,7 @@ async fn write_page(pool: &Pool, mark: i64, last: i64, rows: Vec<RollupRow>) -> 
                         return Ok(false);
                     }
                     rollups::upsert_rollups!(c, &rows,);
+                    trace_spans::upsert_spans!(c, &spans,);
                     diesel::update(fold_marks::table.filter(fold_marks::name.eq(FOLDED)))
                         .set(fold_marks::seq.eq(last))
                         .execute(c)?;
@@ -169,6 +178,7 @@ async fn write_page(pool: &Pool, mark: i64, last: i64, rows: Vec<RollupRow>) -> 
                     return Ok(false);
                 }
                 rollups::upsert_rollups!(c, &rows, .await);
+                trace_spans::upsert_spans!(c, &spans, .await);
                 diesel::update(fold_marks::table.filter(fold_marks::name.eq(FOLDED)))
                     .set(fold_marks::seq.eq(last))
                     .execute(c)

@@ -118,8 +118,8 @@ pub async fn cost_by_tag_value(
     to: i64,
 ) -> DbResult<HashMap<String, CostCount>> {
     let spec = Spec { dim: rollups::TAG_MODEL, name: Some(tag_key), label1: None };
-    let rows = rollup_labels::window_labels(pool, org_id, (from, Some(to)), false, &[spec]).await?;
-    Ok(cost_counts(rows.iter().map(|r| (r.label1.as_str(), &r.sums))).into_iter().collect())
+    let sums = rollup_labels::window_costs(pool, org_id, (from, Some(to)), spec).await?;
+    Ok(cost_counts(sums.iter().map(|(label, s)| (label.as_str(), s))).into_iter().collect())
 }
 
 /// Cost and requests per model (byte order) of the events tagged

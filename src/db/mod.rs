@@ -35,6 +35,7 @@ pub mod rollups;
 pub mod schema;
 pub mod shared_budgets;
 pub mod tool_costs;
+pub mod trace_spans;
 pub mod unpriced;
 pub mod users;
 pub mod webhooks;

@@ -49,19 +49,7 @@ pub async fn window_labels(
     specs: &[Spec<'_>],
 ) -> DbResult<Vec<LabelRow>> {
     crate::db::fold::catch_up(pool).await?;
-    let all_time = since == i64::MIN
-        && until.is_none_or(|u| u == i64::MAX)
-        && specs.iter().all(|s| rollups::has_grain(s.dim, rollups::ALL_TIME));
-    let c = if all_time { rollups::Cover::default() } else { rollups::cover(since, until) };
-    let ranges: Vec<(&str, i64, i64)> = if all_time {
-        vec![(rollups::ALL_TIME, 0, 1)]
-    } else {
-        c.days
-            .map(|(a, b)| (rollups::DAY, a, b))
-            .into_iter()
-            .chain(c.hours.iter().map(|&(a, b)| (rollups::HOUR, a, b)))
-            .collect()
-    };
+    let (c, ranges) = ranges_of((since, until), specs);
     let mut acc: BTreeMap<(String, String, String, String), Sums> = BTreeMap::new();
     for spec in specs {
         for &range in &ranges {
@@ -79,6 +67,69 @@ pub async fn window_labels(
         .filter(|(_, s)| s.count != 0)
         .map(|((dim, name, label1, label2), sums)| LabelRow { dim, name, label1, label2, sums })
         .collect())
+}
+
+/// How a window is read: the stored ranges of buckets (`grain`, `[from, to)`), and
+/// the cover whose raw edges come from events. An all-time window of dimensions kept
+/// at the all-time grain is its one bucket.
+fn ranges_of(
+    (since, until): (i64, Option<i64>),
+    specs: &[Spec<'_>],
+) -> (rollups::Cover, Vec<(&'static str, i64, i64)>) {
+    let all_time = since == i64::MIN
+        && until.is_none_or(|u| u == i64::MAX)
+        && specs.iter().all(|s| rollups::has_grain(s.dim, rollups::ALL_TIME));
+    if all_time {
+        return (rollups::Cover::default(), vec![(rollups::ALL_TIME, 0, 1)]);
+    }
+    let c = rollups::cover(since, until);
+    let ranges = c
+        .days
+        .map(|(a, b)| (rollups::DAY, a, b))
+        .into_iter()
+        .chain(c.hours.iter().map(|&(a, b)| (rollups::HOUR, a, b)))
+        .collect();
+    (c, ranges)
+}
+
+/// Cost and count per first label of one `spec` over `[since, until)`, estimates
+/// included: [`window_labels`] for a read that wants only those two sums (the
+/// margins' cost per tag value). The database returns one row of four values per
+/// label, not one of thirty per (label1, label2): SQLite's driver copies every value
+/// of a loaded row into its own allocation, and at 1,000 customer values × 6 models
+/// those copies were most of `margins/unmatched`'s time.
+pub async fn window_costs(
+    pool: &Pool,
+    org_id: &str,
+    (since, until): (i64, Option<i64>),
+    spec: Spec<'_>,
+) -> DbResult<BTreeMap<String, Sums>> {
+    crate::db::fold::catch_up(pool).await?;
+    let (c, ranges) = ranges_of((since, until), &[spec]);
+    let mut acc: BTreeMap<String, Sums> = BTreeMap::new();
+    for range in ranges {
+        let rows: Vec<(String, i64, i64, i64)> = with_conn!(pool, read, |conn| {
+            let q = cost_rollups::table
+                .filter(rollups::stored_rows(org_id, spec, range, false))
+                .group_by(cost_rollups::label1)
+                .select((
+                    cost_rollups::label1,
+                    summed!("event_count"),
+                    summed!("cost_hi"),
+                    summed!("cost_lo"),
+                ));
+            Ok::<_, DbError>(q.load(conn).await?)
+        })?;
+        for (label, count, hi, lo) in rows {
+            let sums = Sums { count: count.into(), cost: rollups::joined(hi, lo), ..Sums::default() };
+            acc.entry(label).or_default().add(&sums);
+        }
+    }
+    for r in rollups::raw_rows(pool, org_id, &c.raw, false, &[spec]).await? {
+        acc.entry(r.label1).or_default().add(&r.sums);
+    }
+    acc.retain(|_, s| s.count != 0);
+    Ok(acc)
 }
 
 /// The stored rows of `spec` in one range of buckets, summed per label by the

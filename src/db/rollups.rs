@@ -29,7 +29,9 @@ use diesel::{ExpressionMethods, Insertable, QueryDsl, Queryable, Selectable, Sel
 
 use crate::db::cost_event_queries::BreakdownTotals;
 use crate::db::models::CostEvent;
-use crate::db::schema::{cost_event_tags, cost_events, cost_rollups, fold_marks, rollup_backfill};
+use crate::db::schema::{
+    cost_event_tags, cost_events, cost_rollups, fold_marks, rollup_backfill, trace_spans,
+};
 use crate::db::{DbResult, Pool};
 use crate::with_conn;
 
@@ -231,7 +233,7 @@ fn parts(x: i128) -> (i64, i64) {
     (sat(hi), sat(lo))
 }
 
-fn joined(hi: i64, lo: i64) -> i128 {
+pub(crate) fn joined(hi: i64, lo: i64) -> i128 {
     i128::from(hi) * i128::from(SPLIT) + i128::from(lo)
 }
 
@@ -760,14 +762,17 @@ where
     bool: diesel::serialize::ToSql<diesel::sql_types::Bool, DB>,
 {
     use diesel::BoolExpressionMethods;
-    let mut cond: RowCondition<'a, DB> = Box::new(
-        cost_rollups::org_id
-            .eq(org_id)
-            .and(cost_rollups::dim.eq(spec.dim))
-            .and(cost_rollups::grain.eq(grain))
-            .and(cost_rollups::bucket.ge(from))
-            .and(cost_rollups::bucket.lt(to)),
-    );
+    let in_grain = cost_rollups::org_id
+        .eq(org_id)
+        .and(cost_rollups::dim.eq(spec.dim))
+        .and(cost_rollups::grain.eq(grain));
+    // One bucket (the all-time one) by equality: the primary key then walks in label
+    // order, and a `GROUP BY` on the labels needs no sort.
+    let mut cond: RowCondition<'a, DB> = if to == from.saturating_add(1) {
+        Box::new(in_grain.and(cost_rollups::bucket.eq(from)))
+    } else {
+        Box::new(in_grain.and(cost_rollups::bucket.ge(from)).and(cost_rollups::bucket.lt(to)))
+    };
     if let Some(n) = spec.name {
         cond = Box::new(cond.and(cost_rollups::name.eq(n)));
     }
@@ -897,6 +902,12 @@ macro_rules! rebuild_statements {
             Some(dims) => diesel::delete(cost_rollups::table.filter(cost_rollups::dim.eq_any(dims)))
                 .execute($conn) $($aw)* ?,
         };
+        // The trace spans go with the trace rows.
+        let spans_too = scope.dims.as_ref().is_none_or(|d| d.iter().any(|d| d == TRACE));
+        if spans_too {
+            diesel::delete(trace_spans::table).execute($conn) $($aw)* ?;
+        }
+        let mut spans = crate::db::trace_spans::Spans::new();
         // A full rebuild counts every event and moves the folded mark past them all
         // (a fold that read a page before it then finds the mark moved and drops the
         // page); a rebuild of some dimensions leaves the events past the mark to the
@@ -934,6 +945,9 @@ macro_rules! rebuild_statements {
                     tags.entry(id).or_default().push((k, v));
                 }
             }
+            if spans_too {
+                crate::db::trace_spans::add_events(&mut spans, &page);
+            }
             let part = partial(page.iter().map(|e| {
                 let t = tags.get(&e.id).map(Vec::as_slice).unwrap_or(&[]);
                 (e, t.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -946,6 +960,8 @@ macro_rules! rebuild_statements {
         }
         let rows: Vec<RollupRow> = acc.into_iter().map(|(k, s)| to_row(k, &s)).collect();
         upsert_rollups!($conn, &rows, $($aw)*);
+        let spans = crate::db::trace_spans::rows(spans);
+        crate::db::trace_spans::upsert_spans!($conn, &spans, $($aw)*);
         diesel::update(fold_marks::table.filter(fold_marks::name.eq(crate::db::fold::FOLDED)))
             .set(fold_marks::seq.eq(new_mark))
             .execute($conn) $($aw)* ?;

@@ -176,6 +176,20 @@ diesel::table! {
 }
 
 diesel::table! {
+    trace_spans (org_id, trace_id) {
+        org_id -> Text,
+        trace_id -> Text,
+        first_at -> BigInt,
+        last_at -> BigInt,
+        span_class -> BigInt,
+        cost -> BigInt,
+        event_count -> BigInt,
+        firm_cost -> BigInt,
+        firm_count -> BigInt,
+    }
+}
+
+diesel::table! {
     budget_changes (id) {
         id -> Text,
         org_id -> Text,
@@ -536,6 +550,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     cost_rollups,
     rollup_backfill,
     fold_marks,
+    trace_spans,
     event_outbox,
     idempotency_keys,
     instances,

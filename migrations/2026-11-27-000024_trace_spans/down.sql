@@ -1,0 +1,2 @@
+DROP INDEX cost_rollups_trace_labels;
+DROP TABLE trace_spans;
