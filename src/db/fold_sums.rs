@@ -1,9 +1,9 @@
 //! The rollup sums of this process's own commits, held in memory until the fold
 //! takes them (see [`super::fold`]).
 //!
-//! Reading committed events back to fold them costs more than the commit that wrote
-//! them: every row and its tags are loaded, copied and aggregated again (about 40 %
-//! of the server's CPU under batch ingest, issue #25). The writer has aggregated them
+//! Reading committed events back to fold them is dear: every row and its tags are
+//! loaded, copied and aggregated again (about a third of the server's CPU under batch
+//! ingest in a profile, issue #25). The writer has aggregated them
 //! already, so it hands over each commit's sums with its range of commit numbers, and
 //! the fold adds the sums of the commits that follow its mark without a gap.
 //!
