@@ -515,7 +515,12 @@ mod tests {
             .iter()
             .map(|e| Outcome::Inserted { id: e.row.id.clone(), created_at: e.row.created_at })
             .collect();
-        Ok(CommitResult { outcomes, changes: Vec::new(), deliveries: 0, numbers: 1..=0 })
+        Ok(CommitResult {
+            outcomes,
+            changes: Vec::new(),
+            deliveries: 0,
+            numbers: std::ops::RangeInclusive::new(1, 0),
+        })
     }
 
     /// One event that cannot be stored fails its own job only: the other jobs of the
