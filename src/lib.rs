@@ -79,7 +79,7 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
     let state = AppState::new(config.clone(), pool).map_err(io::Error::other)?;
     let workers = config.workers;
     state.pool.start_maintenance();
-    db::fold::start(state.pool.clone(), state.config.rollup_fold_interval);
+    db::fold::start(state.pool.clone(), state.writer.committed_sums(), state.config.rollup_fold_interval);
     retention::start(state.pool.clone(), state.config.cost_event_retention_days);
     periods::start(state.pool.clone(), state.outbox.clone(), state.budgets.clone());
     webhooks::start(

@@ -14,11 +14,14 @@
 //! of the touched pages) serves several calls. An acknowledged event arriving during
 //! the wait ends it at once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::db::cost_events::{self, Batch, CommitResult, NewCostEvent, Outcome, SpendChange};
+use crate::db::fold_sums::CommittedSums;
+use crate::db::rollups::Partial;
 use crate::db::{DbError, Pool};
 use crate::util::time;
 use actors::registry::ReservationTicket;
@@ -31,6 +34,10 @@ const QUEUE_CAPACITY: usize = 4_096;
 struct Job {
     /// Moved out while a commit holds them (see [`take_events`]).
     events: Vec<NewCostEvent>,
+    /// The events' rollup sums, aggregated by the caller: the writer, which
+    /// serializes every commit, only merges them (for the fold, see
+    /// [`crate::db::fold_sums`]).
+    rollups: Partial,
     size: usize,
     reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     /// A caller is waiting to acknowledge these events: commit without lingering.
@@ -43,6 +50,8 @@ pub struct AccountingWriter {
     tx: mpsc::Sender<Job>,
     /// The writer's own runtime, when it has one (see [`spawn_thread`]).
     runtime: Option<tokio::runtime::Handle>,
+    /// The rollup sums of its commits, until the fold takes them.
+    committed: Arc<CommittedSums>,
 }
 
 /// Where the writer counts its work (see [`crate::metrics::Metrics::accounting`]).
@@ -71,8 +80,14 @@ impl AccountingWriter {
         metrics: WriterMetrics,
     ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        let runtime = spawn_thread(run(pool, outbox, rx, on_commit, linger, metrics));
-        AccountingWriter { tx, runtime }
+        let committed = Arc::new(CommittedSums::default());
+        let runtime = spawn_thread(run(pool, outbox, rx, on_commit, committed.clone(), linger, metrics));
+        AccountingWriter { tx, runtime, committed }
+    }
+
+    /// The rollup sums of the commits made so far and not folded yet, for the fold.
+    pub fn committed_sums(&self) -> Arc<CommittedSums> {
+        self.committed.clone()
     }
 
     /// Runs `task` beside the writer, on its thread (a proxied call's settlement: the
@@ -107,9 +122,11 @@ impl AccountingWriter {
 
     async fn submit(&self, mut events: Vec<NewCostEvent>, urgent: bool) -> Result<Vec<Outcome>, DbError> {
         events.iter_mut().for_each(sanitize);
+        // On the caller's thread: the writer only merges these sums.
+        let rollups = cost_events::partial_of(&events);
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Job { size: events.len(), events, reply, urgent })
+            .send(Job { size: events.len(), events, rollups, reply, urgent })
             .await
             .map_err(|_| DbError::unavailable("accounting writer stopped"))?;
         rx.await.map_err(|_| DbError::unavailable("accounting writer stopped"))?.map_err(DbError::Unavailable)
@@ -218,6 +235,7 @@ async fn run(
     outbox: crate::outbox::Outbox,
     mut rx: mpsc::Receiver<Job>,
     on_commit: OnCommit,
+    committed: Arc<CommittedSums>,
     linger: Duration,
     metrics: WriterMetrics,
 ) {
@@ -243,7 +261,7 @@ async fn run(
             jobs.push(job);
         }
         let commit = |events| cost_events::commit_batch(&pool, &outbox, events, time::now_ms());
-        commit_isolating(&commit, jobs, &on_commit, &metrics).await;
+        commit_isolating(&commit, jobs, &on_commit, &committed, &metrics).await;
     }
 }
 
@@ -251,8 +269,13 @@ async fn run(
 /// the database refuses, an overflow), splits them in halves and commits each, so one
 /// bad event never sinks the other callers' events of the same commit. A job that
 /// fails alone is answered with the error (its caller acknowledged nothing).
-async fn commit_isolating<C, F>(commit: &C, jobs: Vec<Job>, on_commit: &OnCommit, metrics: &WriterMetrics)
-where
+async fn commit_isolating<C, F>(
+    commit: &C,
+    jobs: Vec<Job>,
+    on_commit: &OnCommit,
+    committed: &CommittedSums,
+    metrics: &WriterMetrics,
+) where
     C: Fn(Events) -> F,
     F: std::future::Future<Output = Result<CommitResult, DbError>>,
 {
@@ -263,7 +286,8 @@ where
         let result = commit_with_retry(commit, &mut group, metrics).await;
         metrics.add("commit_microseconds", u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
         match result {
-            Ok((CommitResult { outcomes, changes, .. }, settled)) => {
+            Ok((CommitResult { outcomes, changes, numbers, .. }, settled, sums)) => {
+                committed.push(*numbers.start(), *numbers.end(), sums);
                 metrics.add("commits", 1);
                 metrics.add("events", u64::try_from(count).unwrap_or(u64::MAX));
                 tracing::debug!(
@@ -319,7 +343,7 @@ async fn commit_with_retry<C, F>(
     commit: &C,
     group: &mut Vec<Job>,
     metrics: &WriterMetrics,
-) -> Result<(CommitResult, Vec<(ReservationTicket, i64)>), DbError>
+) -> Result<(CommitResult, Vec<(ReservationTicket, i64)>, Partial), DbError>
 where
     C: Fn(Events) -> F,
     F: std::future::Future<Output = Result<CommitResult, DbError>>,
@@ -336,7 +360,8 @@ where
                     .iter()
                     .filter_map(|e| e.ticket.clone().map(|ticket| (ticket, e.row.cost_microdollars)))
                     .collect();
-                return Ok((done, settled));
+                let sums = sums_of_inserted(group, &batch.events, &done.outcomes);
+                return Ok((done, settled, sums));
             }
             Err(DbError::Unavailable(e)) => {
                 give_back(group, batch);
@@ -362,6 +387,26 @@ where
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(RETRY_MAX);
     }
+}
+
+/// The rollup sums of a commit's inserted events (`events` and `outcomes` in job
+/// order): a job's sums aggregated by its caller when all of its events were
+/// inserted (the common case), else its inserted events aggregated here (a duplicate
+/// adds nothing).
+fn sums_of_inserted(group: &[Job], events: &[NewCostEvent], outcomes: &[Outcome]) -> Partial {
+    let mut total = Partial::new();
+    let mut rest = events.iter().zip(outcomes);
+    for job in group {
+        let mine: Vec<_> = rest.by_ref().take(job.size).collect();
+        let inserted = |o: &Outcome| matches!(o, Outcome::Inserted { .. });
+        if mine.iter().all(|(_, o)| inserted(o)) {
+            crate::db::rollups::merge(&mut total, &job.rollups);
+        } else {
+            let kept = mine.iter().filter(|(_, o)| inserted(o)).map(|(e, _)| *e);
+            crate::db::rollups::merge(&mut total, &cost_events::partial_of(kept));
+        }
+    }
+    total
 }
 
 /// The events of `group`, in job order, moved out of the jobs for one commit.
@@ -453,7 +498,7 @@ mod tests {
 
     fn job(e: NewCostEvent, urgent: bool) -> (Job, oneshot::Receiver<Result<Vec<Outcome>, String>>) {
         let (reply, rx) = oneshot::channel();
-        (Job { size: 1, events: vec![e], reply, urgent }, rx)
+        (Job { size: 1, events: vec![e], rollups: Partial::new(), reply, urgent }, rx)
     }
 
     fn metrics() -> WriterMetrics {
@@ -470,7 +515,12 @@ mod tests {
             .iter()
             .map(|e| Outcome::Inserted { id: e.row.id.clone(), created_at: e.row.created_at })
             .collect();
-        Ok(CommitResult { outcomes, changes: Vec::new(), deliveries: 0 })
+        Ok(CommitResult {
+            outcomes,
+            changes: Vec::new(),
+            deliveries: 0,
+            numbers: std::ops::RangeInclusive::new(1, 0),
+        })
     }
 
     /// One event that cannot be stored fails its own job only: the other jobs of the
@@ -486,7 +536,7 @@ mod tests {
         }
         let commit = |events| fake_commit(events);
         let ignore: OnCommit = Box::new(|_: &[SpendChange], _| {});
-        commit_isolating(&commit, jobs, &ignore, &metrics()).await;
+        commit_isolating(&commit, jobs, &ignore, &CommittedSums::default(), &metrics()).await;
         for (id, rx) in answers {
             let answer = rx.await.unwrap();
             assert_eq!(answer.is_ok(), id != "poison", "{id}: {answer:?}");

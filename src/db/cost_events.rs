@@ -76,6 +76,14 @@ pub struct Batch {
     pub events: Vec<NewCostEvent>,
 }
 
+/// The rollup sums of `events` (each with all of its tags, as the commit indexes
+/// them): what the fold adds for them (see [`crate::db::fold_sums`]).
+pub fn partial_of<'a>(events: impl IntoIterator<Item = &'a NewCostEvent>) -> crate::db::rollups::Partial {
+    crate::db::rollups::partial(
+        events.into_iter().map(|e| (&e.row, e.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
+    )
+}
+
 /// What became of one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -110,6 +118,9 @@ pub struct CommitResult {
     pub changes: Vec<SpendChange>,
     /// Webhook deliveries queued by the commit.
     pub deliveries: usize,
+    /// The commit numbers it took (see [`super::fold`]): its inserted events carry
+    /// them; a duplicate's number is left unused.
+    pub numbers: std::ops::RangeInclusive<i64>,
 }
 
 /// Builds an outbox row (the webhook `data.object` is `object`).
@@ -303,7 +314,7 @@ macro_rules! commit_statements {
         }
         crate::db::shared_budgets::free_upto!($conn, freed, None, $($aw)*);
         let deliveries = crate::outbox::enqueue!(@run $conn, &$subs, outbox, $($aw)*);
-        Ok::<_, diesel::result::Error>(CommitResult { outcomes, changes, deliveries })
+        Ok::<_, diesel::result::Error>(CommitResult { outcomes, changes, deliveries, numbers: first..=clock })
     }};
 }
 

@@ -22,6 +22,7 @@
 
 use diesel::{ExpressionMethods, QueryDsl, SelectableHelper};
 
+use crate::db::fold_sums::CommittedSums;
 use crate::db::models::CostEvent;
 use crate::db::rollups::{self, RollupRow, TagsById};
 use crate::db::schema::{cost_event_tags, cost_events, fold_marks};
@@ -40,8 +41,22 @@ const PAGE: i64 = 20_000;
 /// Folds every event committed past the mark, a page per transaction; returns how
 /// many were folded by this call.
 pub async fn fold_pending(pool: &Pool) -> DbResult<u64> {
+    fold_pending_with(pool, None).await
+}
+
+/// [`fold_pending`], taking first the sums this process's writer held for its own
+/// commits right after the mark (see [`crate::db::fold_sums`]), and reading from the
+/// database only what they do not cover. Returns the commit numbers folded from
+/// held sums plus the events read.
+async fn fold_pending_with(pool: &Pool, held: Option<&CommittedSums>) -> DbResult<u64> {
     let mut folded = 0u64;
     loop {
+        if let Some(held) = held {
+            if let Some(n) = fold_held(pool, held).await? {
+                folded += n;
+                continue;
+            }
+        }
         match fold_page(pool).await? {
             Folded::Page(n) => {
                 folded += n;
@@ -90,6 +105,17 @@ enum Folded {
     Page(u64),
     /// Another folder moved the mark first: nothing was written.
     Raced,
+}
+
+/// Writes the held sums that follow the mark with the new mark; `None` when none
+/// do. A fold that lost the race throws them away: the database still has their
+/// events.
+async fn fold_held(pool: &Pool, held: &CommittedSums) -> DbResult<Option<u64>> {
+    use diesel_async::RunQueryDsl;
+    let mark: i64 = with_conn!(pool, read, |conn| Ok::<_, DbError>(mark_query!().get_result(conn).await?))?;
+    let Some(run) = held.take_after(mark, PAGE as u64) else { return Ok(None) };
+    let written = write_page(pool, mark, run.last, rollups::rows(run.sums)).await?;
+    Ok(Some(if written { run.numbers } else { 0 }))
 }
 
 /// Reads one page past the mark, aggregates it, and writes it with the new mark.
@@ -192,14 +218,14 @@ async fn write_page(
 
 /// Starts the materializer: folds what is pending every `every` (and once at start,
 /// which is where a restart folds exactly the events committed past the mark before
-/// the process stopped).
-pub fn start(pool: Pool, every: std::time::Duration) {
+/// the process stopped), with the sums `held` for this process's commits.
+pub fn start(pool: Pool, held: std::sync::Arc<CommittedSums>, every: std::time::Duration) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            match fold_pending(&pool).await {
+            match fold_pending_with(&pool, Some(&held)).await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(events = n, "cost events folded into the rollups"),
                 Err(e) => tracing::warn!(error = %e, "folding cost events into the rollups failed; retrying"),

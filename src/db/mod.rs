@@ -21,6 +21,7 @@ pub mod cost_event_scans;
 pub mod cost_events;
 pub mod exact_sum;
 pub mod fold;
+pub mod fold_sums;
 pub mod keys;
 pub mod margins;
 pub mod model_prices;
