@@ -20,8 +20,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::db::cost_events::{self, Batch, CommitResult, NewCostEvent, Outcome, SpendChange};
-use crate::db::fold_sums::CommittedSums;
-use crate::db::rollups::Partial;
+use crate::db::fold_sums::{CommittedSums, FoldSums};
 use crate::db::{DbError, Pool};
 use crate::util::time;
 use actors::registry::ReservationTicket;
@@ -34,10 +33,10 @@ const QUEUE_CAPACITY: usize = 4_096;
 struct Job {
     /// Moved out while a commit holds them (see [`take_events`]).
     events: Vec<NewCostEvent>,
-    /// The events' rollup sums, aggregated by the caller: the writer, which
+    /// The events' rollup sums and trace spans, aggregated by the caller: the writer, which
     /// serializes every commit, only merges them (for the fold, see
     /// [`crate::db::fold_sums`]).
-    rollups: Partial,
+    rollups: FoldSums,
     size: usize,
     reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     /// A caller is waiting to acknowledge these events: commit without lingering.
@@ -123,7 +122,7 @@ impl AccountingWriter {
     async fn submit(&self, mut events: Vec<NewCostEvent>, urgent: bool) -> Result<Vec<Outcome>, DbError> {
         events.iter_mut().for_each(sanitize);
         // On the caller's thread: the writer only merges these sums.
-        let rollups = cost_events::partial_of(&events);
+        let rollups = FoldSums::of(&events.iter().collect::<Vec<_>>());
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job { size: events.len(), events, rollups, reply, urgent })
@@ -343,7 +342,7 @@ async fn commit_with_retry<C, F>(
     commit: &C,
     group: &mut Vec<Job>,
     metrics: &WriterMetrics,
-) -> Result<(CommitResult, Vec<(ReservationTicket, i64)>, Partial), DbError>
+) -> Result<(CommitResult, Vec<(ReservationTicket, i64)>, FoldSums), DbError>
 where
     C: Fn(Events) -> F,
     F: std::future::Future<Output = Result<CommitResult, DbError>>,
@@ -393,17 +392,18 @@ where
 /// order): a job's sums aggregated by its caller when all of its events were
 /// inserted (the common case), else its inserted events aggregated here (a duplicate
 /// adds nothing).
-fn sums_of_inserted(group: &[Job], events: &[NewCostEvent], outcomes: &[Outcome]) -> Partial {
-    let mut total = Partial::new();
+fn sums_of_inserted(group: &[Job], events: &[NewCostEvent], outcomes: &[Outcome]) -> FoldSums {
+    let mut total = FoldSums::default();
     let mut rest = events.iter().zip(outcomes);
     for job in group {
         let mine: Vec<_> = rest.by_ref().take(job.size).collect();
         let inserted = |o: &Outcome| matches!(o, Outcome::Inserted { .. });
         if mine.iter().all(|(_, o)| inserted(o)) {
-            crate::db::rollups::merge(&mut total, &job.rollups);
+            total.merge(&job.rollups);
         } else {
-            let kept = mine.iter().filter(|(_, o)| inserted(o)).map(|(e, _)| *e);
-            crate::db::rollups::merge(&mut total, &cost_events::partial_of(kept));
+            let kept: Vec<&NewCostEvent> =
+                mine.iter().filter(|(_, o)| inserted(o)).map(|(e, _)| *e).collect();
+            total.merge(&FoldSums::of(&kept));
         }
     }
     total
@@ -498,7 +498,7 @@ mod tests {
 
     fn job(e: NewCostEvent, urgent: bool) -> (Job, oneshot::Receiver<Result<Vec<Outcome>, String>>) {
         let (reply, rx) = oneshot::channel();
-        (Job { size: 1, events: vec![e], rollups: Partial::new(), reply, urgent }, rx)
+        (Job { size: 1, events: vec![e], rollups: FoldSums::default(), reply, urgent }, rx)
     }
 
     fn metrics() -> WriterMetrics {

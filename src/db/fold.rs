@@ -114,7 +114,8 @@ async fn fold_held(pool: &Pool, held: &CommittedSums) -> DbResult<Option<u64>> {
     use diesel_async::RunQueryDsl;
     let mark: i64 = with_conn!(pool, read, |conn| Ok::<_, DbError>(mark_query!().get_result(conn).await?))?;
     let Some(run) = held.take_after(mark, PAGE as u64) else { return Ok(None) };
-    let written = write_page(pool, mark, run.last, rollups::rows(run.sums)).await?;
+    let rows = (rollups::rows(run.sums.rollups), trace_spans::rows(run.sums.spans));
+    let written = write_page(pool, mark, run.last, rows).await?;
     Ok(Some(if written { run.numbers } else { 0 }))
 }
 

@@ -19,7 +19,33 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use super::cost_events::{self, NewCostEvent};
 use super::rollups::{self, Partial};
+use super::trace_spans::{self, Spans};
+
+/// What the fold adds for a set of committed events: their rollup sums and the
+/// spans of their traces.
+#[derive(Debug, Default)]
+pub struct FoldSums {
+    pub rollups: Partial,
+    pub spans: Spans,
+}
+
+impl FoldSums {
+    /// The sums of `events` (each with all of its tags, as the commit indexes them).
+    pub fn of(events: &[&NewCostEvent]) -> Self {
+        let rollups = cost_events::partial_of(events.iter().copied());
+        let mut spans = Spans::new();
+        trace_spans::add_events(&mut spans, events.iter().map(|e| &e.row));
+        Self { rollups, spans }
+    }
+
+    /// Adds `other` into these sums.
+    pub fn merge(&mut self, other: &FoldSums) {
+        rollups::merge(&mut self.rollups, &other.rollups);
+        trace_spans::merge(&mut self.spans, &other.spans);
+    }
+}
 
 /// Entries kept at most; past it the oldest are dropped (the fold then reads those
 /// events from the database). Only reached while the fold cannot write.
@@ -30,7 +56,7 @@ const MAX_ENTRIES: usize = 4_096;
 struct Committed {
     first: i64,
     last: i64,
-    sums: Partial,
+    sums: FoldSums,
 }
 
 /// The commits of this process not folded yet, in commit order.
@@ -40,7 +66,7 @@ pub struct CommittedSums(Mutex<VecDeque<Committed>>);
 /// Sums taken for the numbers after a mark, up to `last`.
 pub struct Run {
     pub last: i64,
-    pub sums: Partial,
+    pub sums: FoldSums,
     /// Commit numbers covered (an upper bound of the events: duplicates take a number
     /// but insert nothing).
     pub numbers: u64,
@@ -49,7 +75,7 @@ pub struct Run {
 impl CommittedSums {
     /// Records a commit that took the numbers `first..=last` (none when `last <
     /// first`) and inserted events whose sums are `sums`.
-    pub fn push(&self, first: i64, last: i64, sums: Partial) {
+    pub fn push(&self, first: i64, last: i64, sums: FoldSums) {
         if last < first {
             return;
         }
@@ -79,7 +105,7 @@ impl CommittedSums {
             match run.as_mut() {
                 None => run = Some(Run { last: c.last, sums: c.sums, numbers }),
                 Some(r) => {
-                    rollups::merge(&mut r.sums, &c.sums);
+                    r.sums.merge(&c.sums);
                     r.last = c.last;
                     r.numbers += numbers;
                 }
@@ -93,8 +119,8 @@ impl CommittedSums {
 mod tests {
     use super::*;
 
-    fn sums() -> Partial {
-        Partial::new()
+    fn sums() -> FoldSums {
+        FoldSums::default()
     }
 
     #[test]

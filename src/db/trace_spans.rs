@@ -87,6 +87,13 @@ pub fn add_events<'a>(acc: &mut Spans, events: impl IntoIterator<Item = &'a Cost
     }
 }
 
+/// Adds the spans of `from` into `into`.
+pub fn merge(into: &mut Spans, from: &Spans) {
+    for (key, sums) in from {
+        into.entry(key.clone()).or_default().add(sums);
+    }
+}
+
 /// A stored cost: the sum saturated at ±(2^63 − 1), as the SQL upsert keeps it.
 fn clamp(x: i128) -> i64 {
     i64::try_from(x.clamp(-i128::from(i64::MAX), i128::from(i64::MAX))).unwrap_or_default()
