@@ -181,7 +181,7 @@ async fn the_next_call_sent_as_a_clamped_answer_ends_finds_the_room() {
     const LIMIT: i64 = 5_000;
     let s = setup().await;
     let (key_id, client, raw) = exact_key(&s, LIMIT).await;
-    let mut spent_at_most = 0;
+    let mut calls = 0;
     for call in 0..16 {
         // 16,000 output tokens would cost 9,600 µ$: never fits, always clamped. Each
         // call uses 60 output tokens and its prompt's bytes (about 130 µ$).
@@ -191,11 +191,11 @@ async fn the_next_call_sent_as_a_clamped_answer_ends_finds_the_room() {
         let r = send(&client, "/v1/chat/completions", &body).await;
         assert_eq!(r.status, 200, "call {call}, right after the previous answer: {r:?}");
         assert!(r.header(CLAMPED).is_some(), "call {call} was not clamped");
-        spent_at_most += 1;
+        calls += 1;
     }
     let spend = settled_spend(&s.app, &s.owner, &key_id, &raw).await;
     assert!(spend <= LIMIT, "spend {spend} passed the limit");
-    assert!(spend < spent_at_most * 400, "{spend} µ$ for {spent_at_most} small calls");
+    assert!(spend < calls * 400, "{spend} µ$ for {calls} small calls");
 }
 
 /// A session limit on an `exactCeiling` budget clamps like the budget's own limit: a

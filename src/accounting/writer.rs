@@ -36,7 +36,7 @@ struct Job {
     /// The events' rollup sums and trace spans, aggregated by the caller: the writer, which
     /// serializes every commit, only merges them (for the fold, see
     /// [`crate::db::fold_sums`]).
-    rollups: FoldSums,
+    sums: FoldSums,
     size: usize,
     reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     /// A caller is waiting to acknowledge these events: commit without lingering.
@@ -122,10 +122,10 @@ impl AccountingWriter {
     async fn submit(&self, mut events: Vec<NewCostEvent>, urgent: bool) -> Result<Vec<Outcome>, DbError> {
         events.iter_mut().for_each(sanitize);
         // On the caller's thread: the writer only merges these sums.
-        let rollups = FoldSums::of(&events.iter().collect::<Vec<_>>());
+        let sums = FoldSums::of(&events);
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Job { size: events.len(), events, rollups, reply, urgent })
+            .send(Job { size: events.len(), events, sums, reply, urgent })
             .await
             .map_err(|_| DbError::unavailable("accounting writer stopped"))?;
         rx.await.map_err(|_| DbError::unavailable("accounting writer stopped"))?.map_err(DbError::Unavailable)
@@ -399,11 +399,9 @@ fn sums_of_inserted(group: &[Job], events: &[NewCostEvent], outcomes: &[Outcome]
         let mine: Vec<_> = rest.by_ref().take(job.size).collect();
         let inserted = |o: &Outcome| matches!(o, Outcome::Inserted { .. });
         if mine.iter().all(|(_, o)| inserted(o)) {
-            total.merge(&job.rollups);
+            total.merge(&job.sums);
         } else {
-            let kept: Vec<&NewCostEvent> =
-                mine.iter().filter(|(_, o)| inserted(o)).map(|(e, _)| *e).collect();
-            total.merge(&FoldSums::of(&kept));
+            total.merge(&FoldSums::of(mine.iter().filter(|(_, o)| inserted(o)).map(|(e, _)| *e)));
         }
     }
     total
@@ -498,7 +496,7 @@ mod tests {
 
     fn job(e: NewCostEvent, urgent: bool) -> (Job, oneshot::Receiver<Result<Vec<Outcome>, String>>) {
         let (reply, rx) = oneshot::channel();
-        (Job { size: 1, events: vec![e], rollups: FoldSums::default(), reply, urgent }, rx)
+        (Job { size: 1, events: vec![e], sums: FoldSums::default(), reply, urgent }, rx)
     }
 
     fn metrics() -> WriterMetrics {

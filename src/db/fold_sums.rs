@@ -33,10 +33,15 @@ pub struct FoldSums {
 
 impl FoldSums {
     /// The sums of `events` (each with all of its tags, as the commit indexes them).
-    pub fn of(events: &[&NewCostEvent]) -> Self {
-        let rollups = cost_events::partial_of(events.iter().copied());
+    pub fn of<'a, I>(events: I) -> Self
+    where
+        I: IntoIterator<Item = &'a NewCostEvent>,
+        I::IntoIter: Clone,
+    {
+        let events = events.into_iter();
+        let rollups = cost_events::partial_of(events.clone());
         let mut spans = Spans::new();
-        trace_spans::add_events(&mut spans, events.iter().map(|e| &e.row));
+        trace_spans::add_events(&mut spans, events.map(|e| &e.row));
         Self { rollups, spans }
     }
 
