@@ -26,8 +26,11 @@ pub fn parse_traceparent(value: &str) -> Option<&str> {
         .then_some(trace_id)
 }
 
+/// A fresh trace id: a UUIDv7 without dashes. Time-ordered, so that the indexes and
+/// rollup rows keyed by trace (one per call that brings no trace of its own) grow at
+/// their end instead of dirtying a random page each; its last 62 bits stay random.
 pub fn new_trace_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+    uuid::Uuid::now_v7().simple().to_string()
 }
 
 pub fn resolve(headers: &HeaderMap) -> ResolvedTrace {
@@ -68,5 +71,11 @@ mod tests {
         assert!(!is_trace_id(&"0".repeat(32)));
         assert!(!is_trace_id("4BF92F3577B34DA6A3CE929D0E0E4736"));
         assert!(is_trace_id(&new_trace_id()));
+    }
+
+    #[test]
+    fn fresh_trace_ids_grow() {
+        let ids: Vec<String> = (0..1000).map(|_| new_trace_id()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "trace ids must be time-ordered");
     }
 }
