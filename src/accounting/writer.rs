@@ -33,10 +33,12 @@ const QUEUE_CAPACITY: usize = 4_096;
 struct Job {
     /// Moved out while a commit holds them (see [`take_events`]).
     events: Vec<NewCostEvent>,
-    /// The events' rollup sums and trace spans, aggregated by the caller: the writer, which
-    /// serializes every commit, only merges them (for the fold, see
-    /// [`crate::db::fold_sums`]).
-    sums: FoldSums,
+    /// The events' rollup sums and trace spans, aggregated by the caller when it hands
+    /// over a batch: the writer, which serializes every commit, only merges them (for
+    /// the fold, see [`crate::db::fold_sums`]). A lone event's (a proxied call's) are
+    /// aggregated with the commit's other lone events instead, where calls of one
+    /// shape share their keys.
+    sums: Option<FoldSums>,
     size: usize,
     reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     /// A caller is waiting to acknowledge these events: commit without lingering.
@@ -121,8 +123,8 @@ impl AccountingWriter {
 
     async fn submit(&self, mut events: Vec<NewCostEvent>, urgent: bool) -> Result<Vec<Outcome>, DbError> {
         events.iter_mut().for_each(sanitize);
-        // On the caller's thread: the writer only merges these sums.
-        let sums = FoldSums::of(&events);
+        // A batch's on the caller's thread: the writer only merges these sums.
+        let sums = (events.len() > 1).then(|| FoldSums::of(&events));
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job { size: events.len(), events, sums, reply, urgent })
@@ -390,19 +392,25 @@ where
 
 /// The rollup sums of a commit's inserted events (`events` and `outcomes` in job
 /// order): a job's sums aggregated by its caller when all of its events were
-/// inserted (the common case), else its inserted events aggregated here (a duplicate
-/// adds nothing).
-fn sums_of_inserted(group: &[Job], events: &[NewCostEvent], outcomes: &[Outcome]) -> FoldSums {
+/// inserted (the common case for batches); the other inserted events (lone events,
+/// and a batch with a duplicate) aggregated here together. A duplicate adds nothing.
+/// Takes the jobs' sums: the commit is done with them.
+fn sums_of_inserted(group: &mut [Job], events: &[NewCostEvent], outcomes: &[Outcome]) -> FoldSums {
+    let inserted = |o: &Outcome| matches!(o, Outcome::Inserted { .. });
     let mut total = FoldSums::default();
-    let mut rest = events.iter().zip(outcomes);
+    let mut here: Vec<&NewCostEvent> = Vec::new();
+    let mut start = 0;
     for job in group {
-        let mine: Vec<_> = rest.by_ref().take(job.size).collect();
-        let inserted = |o: &Outcome| matches!(o, Outcome::Inserted { .. });
-        if mine.iter().all(|(_, o)| inserted(o)) {
-            total.merge(&job.sums);
-        } else {
-            total.merge(&FoldSums::of(mine.iter().filter(|(_, o)| inserted(o)).map(|(e, _)| *e)));
+        let end = (start + job.size).min(events.len()).min(outcomes.len());
+        let (mine, theirs) = (&events[start..end], &outcomes[start..end]);
+        start = end;
+        match job.sums.take() {
+            Some(sums) if theirs.iter().all(inserted) => total.merge(sums),
+            _ => here.extend(mine.iter().zip(theirs).filter(|(_, o)| inserted(o)).map(|(e, _)| e)),
         }
+    }
+    if !here.is_empty() {
+        total.merge(FoldSums::of(here));
     }
     total
 }
@@ -496,7 +504,7 @@ mod tests {
 
     fn job(e: NewCostEvent, urgent: bool) -> (Job, oneshot::Receiver<Result<Vec<Outcome>, String>>) {
         let (reply, rx) = oneshot::channel();
-        (Job { size: 1, events: vec![e], sums: FoldSums::default(), reply, urgent }, rx)
+        (Job { size: 1, events: vec![e], sums: None, reply, urgent }, rx)
     }
 
     fn metrics() -> WriterMetrics {

@@ -46,9 +46,9 @@ impl FoldSums {
     }
 
     /// Adds `other` into these sums.
-    pub fn merge(&mut self, other: &FoldSums) {
-        rollups::merge(&mut self.rollups, &other.rollups);
-        trace_spans::merge(&mut self.spans, &other.spans);
+    pub fn merge(&mut self, other: FoldSums) {
+        rollups::merge(&mut self.rollups, other.rollups);
+        trace_spans::merge(&mut self.spans, other.spans);
     }
 }
 
@@ -110,7 +110,7 @@ impl CommittedSums {
             match run.as_mut() {
                 None => run = Some(Run { last: c.last, sums: c.sums, numbers }),
                 Some(r) => {
-                    r.sums.merge(&c.sums);
+                    r.sums.merge(c.sums);
                     r.last = c.last;
                     r.numbers += numbers;
                 }

@@ -29,6 +29,7 @@ use diesel::{ExpressionMethods, Insertable, QueryDsl, Queryable, Selectable, Sel
 
 use crate::db::cost_event_queries::BreakdownTotals;
 use crate::db::models::CostEvent;
+use crate::db::rollup_shape::Shape;
 use crate::db::schema::{
     cost_event_tags, cost_events, cost_rollups, fold_marks, rollup_backfill, trace_spans,
 };
@@ -352,14 +353,49 @@ where
     I: IntoIterator<Item = (&'a CostEvent, T)>,
     T: Iterator<Item = (&'a str, &'a str)>,
 {
+    use std::collections::hash_map::Entry;
     let mut out: BTreeMap<RollupKey, Sums> = BTreeMap::new();
+    // Sums per shape first (see `rollup_shape`); the trace, the one key that differs
+    // between calls of one shape, per event.
+    let mut shapes: HashMap<Shape<'a>, (&'a CostEvent, Sums)> = HashMap::new();
+    let traced = wanted(TRACE);
     for (e, tags) in events {
         let sums = Sums::of_event(e);
-        for key in keys_of(e, tags, grains, wanted) {
-            out.entry(key).or_default().add(&sums);
+        if let Some(trace) = e.trace_id.as_deref().filter(|_| traced) {
+            add_trace(&mut out, e, trace, grains, &sums);
+        }
+        match shapes.entry(Shape::of(e, tags)) {
+            Entry::Occupied(mut slot) => slot.get_mut().1.add(&sums),
+            Entry::Vacant(slot) => {
+                slot.insert((e, sums));
+            }
+        }
+    }
+    let untraced = |dim: &str| dim != TRACE && wanted(dim);
+    for (shape, (e, sums)) in &shapes {
+        for key in keys_of(e, shape.tags(), grains, &untraced) {
+            out.entry(key).or_default().add(sums);
         }
     }
     out
+}
+
+/// Adds one event's sums under its trace's keys.
+fn add_trace(out: &mut Partial, e: &CostEvent, trace: &str, grains: &[&'static str], sums: &Sums) {
+    let (org, label): (Arc<str>, Arc<str>) = (Arc::from(e.org_id.as_str()), Arc::from(trace));
+    for &grain in grains.iter().filter(|g| has_grain(TRACE, g)) {
+        let key = RollupKey {
+            dim: TRACE,
+            grain,
+            bucket: bucket_of(grain, e.created_at),
+            name: EMPTY.clone(),
+            label1: label.clone(),
+            label2: EMPTY.clone(),
+            estimated: e.estimated,
+            org_id: org.clone(),
+        };
+        out.entry(key).or_default().add(sums);
+    }
 }
 
 fn to_row(key: RollupKey, s: &Sums) -> RollupRow {
@@ -452,12 +488,13 @@ where
 }
 
 /// Adds the sums of `from` into `into`.
-pub fn merge(into: &mut Partial, from: &Partial) {
+pub fn merge(into: &mut Partial, from: Partial) {
+    use std::collections::btree_map::Entry;
     for (key, sums) in from {
-        match into.get_mut(key) {
-            Some(total) => total.add(sums),
-            None => {
-                into.insert(key.clone(), *sums);
+        match into.entry(key) {
+            Entry::Occupied(mut total) => total.get_mut().add(&sums),
+            Entry::Vacant(slot) => {
+                slot.insert(sums);
             }
         }
     }
@@ -1054,6 +1091,83 @@ pub async fn backfill_if_pending(pool: &Pool) -> DbResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(n: i64) -> CostEvent {
+        CostEvent {
+            dedup_key: format!("r{n}"),
+            id: format!("e{n}"),
+            org_id: "org".to_owned(),
+            request_id: format!("r{n}"),
+            api_key_id: Some("k".to_owned()),
+            user_id: Some("u".to_owned()),
+            provider: "openai".to_owned(),
+            model: "gpt-4o".to_owned(),
+            input_tokens: 10 + n,
+            output_tokens: 5,
+            cached_input_tokens: 1,
+            reasoning_tokens: 0,
+            cost_microdollars: 100 + n,
+            duration_ms: Some(7),
+            upstream_duration_ms: None,
+            session_id: None,
+            trace_id: None,
+            event_type: "llm".to_owned(),
+            tool_name: None,
+            tool_server: None,
+            tags: "{}".to_owned(),
+            customer_id: Some("c".to_owned()),
+            cost_breakdown: Some(r#"{"input":60,"output":40,"cached":0}"#.to_owned()),
+            source: "proxy".to_owned(),
+            budget_status: "approved".to_owned(),
+            action_id: None,
+            estimated: false,
+            created_at: 5 * HOUR_MS + n,
+            tool_calls_requested: None,
+            tool_definition_tokens: 0,
+        }
+    }
+
+    /// Events that share a shape are summed before their keys are made; each field of
+    /// the shape, changed alone, must still give its own keys: the grouped sums equal
+    /// the sums of each event aggregated alone.
+    #[test]
+    fn events_summed_by_shape_equal_each_event_aggregated_alone() {
+        type Change = fn(&mut CostEvent);
+        let changes: [Change; 14] = [
+            |_| {},
+            |e| e.org_id = "org2".to_owned(),
+            |e| e.provider = "anthropic".to_owned(),
+            |e| e.model = "gpt-4o-mini".to_owned(),
+            |e| e.api_key_id = None,
+            |e| e.user_id = Some("u2".to_owned()),
+            |e| e.customer_id = None,
+            |e| e.source = "sdk".to_owned(),
+            |e| e.event_type = "tool".to_owned(),
+            |e| e.tool_name = Some("search".to_owned()),
+            |e| e.budget_status = "denied".to_owned(),
+            |e| e.estimated = true,
+            |e| e.created_at += HOUR_MS,
+            |e| e.created_at += DAY_MS,
+        ];
+        let mut events = Vec::new();
+        for (n, change) in (0i64..).zip(changes) {
+            for copy in 0..3 {
+                let mut e = event(n * 3 + copy);
+                change(&mut e);
+                e.trace_id = (copy > 0).then(|| format!("trace{}", copy % 2));
+                events.push(e);
+            }
+        }
+        let tags: [&[(&str, &str)]; 3] = [&[], &[("team", "a")], &[("team", "b"), ("env", "prod")]];
+        let tags_of = |i: usize| tags[i % 3].iter().copied();
+        let grouped = partial(events.iter().enumerate().map(|(i, e)| (e, tags_of(i))));
+        let mut alone = Partial::new();
+        for (i, e) in events.iter().enumerate() {
+            merge(&mut alone, partial(std::iter::once((e, tags_of(i)))));
+        }
+        assert_eq!(grouped, alone);
+        assert!(grouped.keys().any(|k| k.dim == TRACE), "traces are counted");
+    }
 
     #[test]
     fn every_dimension_keeps_day_and_hour_and_only_the_listed_ones_all_time() {

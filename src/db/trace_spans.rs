@@ -88,9 +88,9 @@ pub fn add_events<'a>(acc: &mut Spans, events: impl IntoIterator<Item = &'a Cost
 }
 
 /// Adds the spans of `from` into `into`.
-pub fn merge(into: &mut Spans, from: &Spans) {
+pub fn merge(into: &mut Spans, from: Spans) {
     for (key, sums) in from {
-        into.entry(key.clone()).or_default().add(sums);
+        into.entry(key).or_default().add(&sums);
     }
 }
 

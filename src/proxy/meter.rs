@@ -291,6 +291,18 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
         WireFormat::OpenAiEmbeddings => {
             Details { usage: usage::embeddings_usage(body), ..Details::default() }
         }
+        WireFormat::OpenAiChat => {
+            // One typed parse for usage, id and tool calls (a whole body reads as one
+            // event), instead of a usage parse and a second one into a `Value`.
+            let mut reader = usage::OpenAiStreamUsage::new();
+            reader.on_event(body);
+            Details {
+                usage: reader.usage(),
+                id: reader.response_id().map(str::to_owned),
+                tool_calls: reader.tool_calls().to_vec(),
+                builtin_calls: Vec::new(),
+            }
+        }
         format => {
             let (usage, id, tool_calls) = chat_details(format, body);
             Details { usage, id, tool_calls, builtin_calls: Vec::new() }
@@ -298,7 +310,8 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
     }
 }
 
-/// [`json_details`] of the chat formats (OpenAI chat, Anthropic, Gemini).
+/// [`json_details`] of the Anthropic and Gemini formats (and of OpenAI chat, which
+/// [`json_details`] reads in one parse instead).
 fn chat_details(format: WireFormat, body: &[u8]) -> (Option<Usage>, Option<String>, Vec<ToolCall>) {
     let usage = match format {
         WireFormat::Anthropic => usage::anthropic_usage(body),
