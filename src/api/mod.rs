@@ -4,6 +4,7 @@ pub mod actions;
 pub mod actions_input;
 pub mod audit;
 pub mod auth;
+mod budget_names;
 pub mod budgets;
 pub mod cost_events;
 pub mod cost_events_ingest;
