@@ -34,7 +34,7 @@ export function snippet(id, { proxy, key, stored }) {
       ...(stored ? [] : ['import os', '']),
       'from openai import OpenAI',
       '',
-      stored ? `client = OpenAI(base_url=${JSON.stringify(`${proxy}/v1`)}, api_key=${k})`
+      stored ? `client = OpenAI(\n    base_url=${JSON.stringify(`${proxy}/v1`)},\n    api_key=${k},\n)`
         : `client = OpenAI(\n    base_url=${JSON.stringify(`${proxy}/v1`)},\n    api_key=os.environ["OPENAI_API_KEY"],\n    default_headers={"X-Service-Key": ${k}},\n)`,
       'response = client.chat.completions.create(',
       '    model="gpt-4o-mini",',
@@ -45,7 +45,7 @@ export function snippet(id, { proxy, key, stored }) {
     case 'openai-node': return [
       'import OpenAI from "openai";',
       '',
-      stored ? `const client = new OpenAI({ baseURL: ${JSON.stringify(`${proxy}/v1`)}, apiKey: ${k} });`
+      stored ? `const client = new OpenAI({\n  baseURL: ${JSON.stringify(`${proxy}/v1`)},\n  apiKey: ${k},\n});`
         : `const client = new OpenAI({\n  baseURL: ${JSON.stringify(`${proxy}/v1`)},\n  apiKey: process.env.OPENAI_API_KEY,\n  defaultHeaders: { "X-Service-Key": ${k} },\n});`,
       'const response = await client.chat.completions.create({',
       '  model: "gpt-4o-mini",',
@@ -57,7 +57,7 @@ export function snippet(id, { proxy, key, stored }) {
       ...(stored ? [] : ['import os', '']),
       'from anthropic import Anthropic',
       '',
-      stored ? `client = Anthropic(base_url=${JSON.stringify(proxy)}, api_key=${k})`
+      stored ? `client = Anthropic(\n    base_url=${JSON.stringify(proxy)},\n    api_key=${k},\n)`
         : `client = Anthropic(\n    base_url=${JSON.stringify(proxy)},\n    api_key=os.environ["ANTHROPIC_API_KEY"],\n    default_headers={"X-Service-Key": ${k}},\n)`,
       'message = client.messages.create(',
       '    model="claude-haiku-4-5",',
@@ -69,7 +69,7 @@ export function snippet(id, { proxy, key, stored }) {
     default: return [
       'import Anthropic from "@anthropic-ai/sdk";',
       '',
-      stored ? `const client = new Anthropic({ baseURL: ${JSON.stringify(proxy)}, apiKey: ${k} });`
+      stored ? `const client = new Anthropic({\n  baseURL: ${JSON.stringify(proxy)},\n  apiKey: ${k},\n});`
         : `const client = new Anthropic({\n  baseURL: ${JSON.stringify(proxy)},\n  apiKey: process.env.ANTHROPIC_API_KEY,\n  defaultHeaders: { "X-Service-Key": ${k} },\n});`,
       'const message = await client.messages.create({',
       '  model: "claude-haiku-4-5",',

@@ -74,13 +74,14 @@ function budgetTable(budgets, names, velocity, { edit, changed }) {
       await del(`/api/budgets/${b.id}`);
       await changed(`Deleted the budget of ${who}.`);
     });
+    // `data-label`: a phone shows each row as a card, each cell under its header's name.
     return h('tr', { 'data-budget': b.id },
       h('td', {}, entityCell(b, names)),
-      h('td', { class: 'num' }, usd(b.maxBudgetMicrodollars)),
+      h('td', { class: 'num', 'data-label': 'Limit' }, usd(b.maxBudgetMicrodollars)),
       h('td', { class: 'usage-cell' }, usageBar(b), periodLines(b)),
-      h('td', {}, b.resetInterval || 'never'),
-      h('td', {}, b.policy, b.exactCeiling ? h('br') : null, b.exactCeiling ? h('small', { class: 'muted' }, 'exact ceiling') : null),
-      h('td', { 'data-velocity': `${b.entityType}:${b.entityId}`, 'data-limit': b.velocityLimitMicrodollars ?? '' },
+      h('td', { 'data-label': 'Reset' }, b.resetInterval || 'never'),
+      h('td', { 'data-label': 'Policy' }, b.policy, b.exactCeiling ? h('br') : null, b.exactCeiling ? h('small', { class: 'muted' }, 'exact ceiling') : null),
+      h('td', { 'data-label': 'Velocity', 'data-velocity': `${b.entityType}:${b.entityId}`, 'data-limit': b.velocityLimitMicrodollars ?? '' },
         velocityText(velocity.get(`${b.entityType}:${b.entityId}`), b.velocityLimitMicrodollars)),
       h('td', { class: 'row-actions' },
         h('button', { type: 'button', onclick: () => edit(b) }, 'Edit'),

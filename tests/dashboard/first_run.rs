@@ -51,6 +51,7 @@ async fn an_empty_organization_is_walked_to_its_first_call_with_the_snippet_it_s
     assert!(code.contains("from openai import OpenAI"), "{code}");
     assert!(code.contains(&format!("base_url=\"{proxy_url}/v1\"")), "{code}");
     assert!(code.contains(&format!("api_key=\"{raw}\"")), "{code}");
+    b.eval("document.getElementById('snippet').scrollIntoView({ block: 'center' }); return true;").await;
     b.screenshot("first-run-snippet").await;
 
     // The Anthropic SDK's code points at the proxy's root (the SDK adds /v1/messages);
