@@ -1,6 +1,7 @@
-// The app shell: session check, navigation, and a router on `location.pathname`
-// (the server answers index.html for every path outside /api and /assets).
-import { get, post, setUnauthenticatedHandler } from './lib/api.js';
+// The app shell: session check, navigation (with the count of actions waiting for
+// approval, kept fresh on every page), and a router on `location.pathname` (the
+// server answers index.html for every path outside /api and /assets).
+import { get, post, query, setUnauthenticatedHandler } from './lib/api.js';
 import { h, fill } from './lib/dom.js';
 
 /** Path prefix → [link text, module]; the order is the navigation's. */
@@ -23,6 +24,9 @@ const main = document.getElementById('main');
 const top = document.getElementById('top');
 let session = null;
 let current = null; // AbortController of the page on screen
+let pending = null; // actions waiting for approval: { count, more }
+let pendingTimer = null;
+const PENDING_POLL_MS = 4000;
 
 /** The page of a path; `undefined` for a path no page serves. */
 function pageFor(path) {
@@ -40,11 +44,42 @@ export function navigate(path, { replace = false } = {}) {
 function renderNav(active) {
   const nav = document.getElementById('nav');
   fill(nav, h('ul', {}, PAGES.map(([path, text]) => h('li', {},
-    h('a', { href: path, 'aria-current': active && active[0] === path ? 'page' : null }, text)))));
+    h('a', { href: path, 'aria-current': active && active[0] === path ? 'page' : null,
+      'aria-describedby': path === '/actions' ? 'pending-count' : null }, text),
+    path === '/actions' ? h('span', { id: 'pending-count', class: 'count', hidden: true }) : null))));
+  showPending();
+}
+
+/** The nav's pending-approvals badge ("3 waiting"), hidden at zero. */
+function showPending() {
+  const badge = document.getElementById('pending-count');
+  if (!badge || !pending) return;
+  badge.hidden = pending.count === 0;
+  badge.textContent = `${pending.count}${pending.more ? '+' : ''}`;
+  badge.title = `${badge.textContent} waiting for approval`;
+  badge.setAttribute('aria-label', badge.title);
+}
+
+async function pollPending() {
+  if (!session) return;
+  try {
+    const page = await get(`/api/actions${query({ status: 'pending', limit: 100 })}`);
+    pending = { count: page.data.length, more: !!page.cursor };
+    showPending();
+  } catch { /* the badge keeps its last count */ }
+}
+
+function startPendingPoll() {
+  if (pendingTimer) return;
+  pollPending();
+  pendingTimer = setInterval(pollPending, PENDING_POLL_MS);
 }
 
 async function showSignIn() {
   session = null;
+  clearInterval(pendingTimer);
+  pendingTimer = null;
+  pending = null;
   top.hidden = true;
   const next = location.pathname === '/signin' ? new URLSearchParams(location.search).get('next') || '/'
     : location.pathname + location.search;
@@ -66,6 +101,7 @@ async function route() {
     }
   }
   if (location.pathname === '/signin') history.replaceState(null, '', '/');
+  startPendingPoll();
   const page = pageFor(location.pathname);
   top.hidden = false;
   fill(document.getElementById('who'), `${session.user.email} · ${session.org.name}`);

@@ -97,6 +97,9 @@ pub struct Config {
     pub webhooks: WebhookSettings,
     /// The control plane's public base URL (thin webhook payloads link to it).
     pub public_url: Option<String>,
+    /// The proxy's public base URL, as agents reach it (the dashboard's first-call
+    /// snippets show it); `None`: `http://` and the address the proxy listens on.
+    pub proxy_public_url: Option<String>,
     /// Operator-defined upstreams (see `crate::upstreams`).
     pub upstreams: Vec<crate::upstreams::NamedUpstream>,
 }
@@ -245,6 +248,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("upgrade_url", "upgrade link shown when the Free cap blocks (default none)"),
     ("self_host_url", "self-hosting link shown when the Free cap blocks (default none)"),
     ("public_url", "public base URL of the control plane, for links in webhook payloads (default http://CONTROL_ADDR)"),
+    ("proxy_public_url", "public base URL of the proxy, shown in the dashboard's SDK snippets (default http://PROXY_ADDR)"),
     ("webhook_retry_base_ms", "webhook retry delay after the first failure, doubling per attempt (default 30000)"),
     ("webhook_retry_max_ms", "longest webhook retry delay (default 21600000 = 6 h)"),
     ("webhook_max_attempts", "attempts before a webhook delivery is marked failed (default 20, about 3 days)"),
@@ -396,6 +400,10 @@ impl Config {
             public_url: match r.optional("public_url") {
                 None => None,
                 Some(_) => Some(r.url("public_url", "")?),
+            },
+            proxy_public_url: match r.optional("proxy_public_url") {
+                None => None,
+                Some(_) => Some(r.url("proxy_public_url", "")?),
             },
             upstreams: crate::upstreams::parse(&r.string("upstreams", ""))
                 .map_err(|e| r.bad("upstreams", &format!("valid upstream entries ({e})")))?,

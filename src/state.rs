@@ -121,6 +121,12 @@ impl AppState {
     pub fn proxy_addr(&self) -> std::net::SocketAddr {
         self.proxy_bound.get().copied().unwrap_or(self.config.proxy_addr)
     }
+
+    /// The proxy's base URL as agents should call it: the configured
+    /// `proxy_public_url`, else `http://` and [`Self::proxy_addr`].
+    pub fn proxy_public_url(&self) -> String {
+        self.config.proxy_public_url.clone().unwrap_or_else(|| format!("http://{}", self.proxy_addr()))
+    }
 }
 
 impl std::ops::Deref for AppState {

@@ -66,3 +66,29 @@ export function time(iso) {
 export function code(text) {
   return h('code', {}, text);
 }
+
+/** A small button that copies `id` to the clipboard (the id is its tooltip and
+ * part of its accessible name), so names can stand in for ids everywhere. */
+export function copyId(id, what = 'id') {
+  const button = h('button', { type: 'button', class: 'copy', title: id, 'data-id': id, 'aria-label': `Copy ${what} ${id}` }, 'Copy id');
+  button.addEventListener('click', async () => {
+    try {
+      await navigator.clipboard.writeText(id);
+      button.textContent = 'Copied';
+    } catch {
+      // No clipboard (an insecure origin, a denied permission): show the id to copy by hand.
+      button.replaceWith(h('code', { class: 'copied' }, id));
+      return;
+    }
+    setTimeout(() => { button.textContent = 'Copy id'; }, 1500);
+  });
+  return button;
+}
+
+/** A name with its id one click away; the id itself when there is no name. */
+export function named(name, id, href) {
+  const text = name || id || '—';
+  const label = href ? h('a', { href }, text) : h(name ? 'span' : 'code', {}, text);
+  return h('span', { class: 'named' }, label, id && name ? [' ', copyId(id)] : null);
+}
+

@@ -2,12 +2,14 @@
 // seconds, so new requests appear by themselves; a decision updates the row in
 // place. The history below is filtered by status.
 import { get, post, query } from '../lib/api.js';
-import { h, fill, field, select, status, code, time } from '../lib/dom.js';
+import { h, fill, field, select, status, code, time, named } from '../lib/dom.js';
 import { usd } from '../lib/money.js';
+import { names as loadNames, entityName } from '../lib/names.js';
 
 const STATUSES = ['pending', 'approved', 'rejected', 'expired', 'executing', 'executed', 'failed'];
 
-export async function render(main, { signal }) {
+export async function render(main, { signal, session }) {
+  const names = await loadNames(session, { signal });
   const msg = status();
   const pending = h('div', { class: 'cards', 'aria-live': 'polite' });
   const filter = select([['', 'All'], ...STATUSES.map((s) => [s, s])], '');
@@ -40,7 +42,7 @@ export async function render(main, { signal }) {
         h('dt', {}, 'Agent'), h('dd', {}, code(a.agentId)),
         h('dt', {}, 'Requested'), h('dd', {}, time(a.createdAt)),
         h('dt', {}, 'Expires'), h('dd', {}, a.expiresAt ? time(a.expiresAt) : 'never')),
-      readablePayload(a),
+      readablePayload(a, names),
       isPending ? h('div', { class: 'buttons' },
         h('button', { type: 'button', class: 'approve', onclick: () => decide(a, 'approve') }, 'Approve'),
         h('button', { type: 'button', class: 'danger', onclick: () => decide(a, 'reject') }, 'Reject')) : null);
@@ -71,7 +73,7 @@ export async function render(main, { signal }) {
       h('tbody', {}, past.data.map((a) => h('tr', {},
         h('td', {}, time(a.createdAt)), h('td', {}, code(a.agentId)), h('td', {}, a.actionType),
         h('td', {}, h('span', { class: `badge ${a.status}` }, a.status)),
-        h('td', {}, a.approvedBy || a.rejectedBy || '—'),
+        h('td', {}, decidedBy(a, names)),
         h('td', {}, a.errorMessage || (a.result ? JSON.stringify(a.result) : '—'))))))
       : h('p', { class: 'empty' }, 'No actions with this status.'));
   }
@@ -81,12 +83,20 @@ export async function render(main, { signal }) {
   signal.addEventListener('abort', () => clearInterval(timer));
 }
 
+/** Who decided: the member's email (their id one click away), else the id. */
+function decidedBy(a, names) {
+  const id = a.approvedBy || a.rejectedBy;
+  if (!id) return '—';
+  return named(names.users.get(id), id);
+}
+
 /** The payload as a person reads it: a sentence for budget increases, else its
  * fields one per line. */
-function readablePayload(a) {
+function readablePayload(a, names) {
   const p = a.payload || {};
   if (a.actionType === 'budget_increase') {
-    return h('p', { class: 'payload' }, `Raise the ${p.entityType} budget `, code(String(p.entityId)),
+    const [, name] = entityName({ entityType: p.entityType, entityId: String(p.entityId) }, names);
+    return h('p', { class: 'payload' }, `Raise the ${p.entityType} budget of `, named(name, String(p.entityId)),
       ` by ${usd(p.requestedAmountMicrodollars)} (limit ${usd(p.currentLimitMicrodollars)}, spent ${usd(p.currentSpendMicrodollars)})`,
       p.reason ? `: “${p.reason}”` : '.');
   }

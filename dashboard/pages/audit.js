@@ -1,11 +1,13 @@
 // Audit log: membership and ownership changes, newest first, filtered by action.
 import { get, query } from '../lib/api.js';
-import { h, fill, field, status, code, time } from '../lib/dom.js';
+import { h, fill, field, status, code, time, named } from '../lib/dom.js';
+import { names as loadNames } from '../lib/names.js';
 
 const KNOWN = ['org.created', 'org.deleted', 'org.ownership_transferred', 'org_upgrade_url.updated', 'customer_upgrade_url.updated',
   'invitation.created', 'invitation.accepted', 'invitation.revoked', 'member.role_changed', 'member.removed', 'member.left'];
 
-export async function render(main, { signal }) {
+export async function render(main, { signal, session }) {
+  const names = await loadNames(session, { signal });
   const action = h('input', { type: 'text', list: 'audit-actions', autocomplete: 'off', placeholder: 'e.g. invitation.created' });
   const msg = status();
   const rows = h('tbody');
@@ -19,8 +21,8 @@ export async function render(main, { signal }) {
   async function load(reset) {
     if (reset) { cursor = null; rows.replaceChildren(); }
     const page = await get(`/api/audit-log${query({ action: action.value.trim(), limit: 50, cursor: cursor ? JSON.stringify(cursor) : '' })}`, { signal });
-    for (const e of page.data) rows.append(h('tr', {}, h('td', {}, time(e.createdAt)), h('td', {}, e.action), h('td', {}, code(e.actorId || '—')),
-      h('td', {}, `${e.resourceType} `, code(e.resourceId || '')),
+    for (const e of page.data) rows.append(h('tr', {}, h('td', {}, time(e.createdAt)), h('td', {}, e.action), h('td', {}, e.actorId ? named(names.users.get(e.actorId), e.actorId) : '—'),
+      h('td', {}, `${e.resourceType} `, resource(e, names)),
       h('td', {}, Object.entries(e.metadata || {}).map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}`).join(', ') || '—')));
     if (!rows.children.length) rows.append(h('tr', {}, h('td', { colspan: 5, class: 'empty' }, 'No audit events match.')));
     cursor = page.cursor;
@@ -34,4 +36,11 @@ export async function render(main, { signal }) {
     if (err.status !== 403) throw err;
     msg.textContent = 'The audit log is for admins and owners.';
   }
+}
+
+/** A resource by name when it is a member, else its id. */
+function resource(e, names) {
+  if (!e.resourceId) return '';
+  const user = names.users.get(e.resourceId) || names.users.get(`svc_usr_${e.resourceId}`);
+  return named(user, e.resourceId);
 }

@@ -1,10 +1,12 @@
-// Cost events: the newest first, with filters, a detail page per event, and CSV
-// export (a Pro feature; the API answers 403 on Free).
+// Cost events: the newest first, with filters (new calls matching them appear at
+// the top by themselves), a detail page per event, and CSV export (a Pro feature;
+// the API answers 403 on Free).
 import { get, query, api } from '../lib/api.js';
-import { h, fill, field, select, status, code, time } from '../lib/dom.js';
+import { h, fill, field, select, status, code, time, named } from '../lib/dom.js';
 import { usd } from '../lib/money.js';
 
 const SOURCES = [['', 'Any'], ['proxy', 'proxy'], ['sdk', 'sdk'], ['api', 'api'], ['mcp', 'mcp']];
+const POLL_MS = 3000;
 
 export async function render(main, ctx) {
   const id = ctx.path.split('/')[2];
@@ -37,17 +39,31 @@ async function list(main, { signal }) {
     return p;
   };
   let cursor = null;
+  let shown = params();
+  const row = (e) => h('tr', { 'data-id': e.id },
+    h('td', {}, time(e.createdAt)), h('td', {}, e.provider), h('td', {}, e.model),
+    h('td', {}, e.apiKeyId ? h('a', { href: `/keys/${e.apiKeyId}` }, e.keyName || 'key') : '—'),
+    h('td', { class: 'num' }, `${e.inputTokens} / ${e.outputTokens}`), h('td', { class: 'num' }, usd(e.costMicrodollars)),
+    h('td', {}, e.source || '—'), h('td', {}, h('a', { href: `/cost-events/${e.id}` }, 'Details')));
   async function load(reset) {
-    if (reset) { cursor = null; rows.replaceChildren(); }
-    const page = await get(`/api/cost-events${query({ ...params(), limit: 50, cursor: cursor ? JSON.stringify(cursor) : '' })}`, { signal });
-    for (const e of page.data) rows.append(h('tr', {},
-      h('td', {}, time(e.createdAt)), h('td', {}, e.provider), h('td', {}, e.model), h('td', {}, e.keyName || '—'),
-      h('td', { class: 'num' }, `${e.inputTokens} / ${e.outputTokens}`), h('td', { class: 'num' }, usd(e.costMicrodollars)),
-      h('td', {}, e.source || '—'), h('td', {}, h('a', { href: `/cost-events/${e.id}` }, 'Details'))));
+    if (reset) { cursor = null; rows.replaceChildren(); shown = params(); }
+    const page = await get(`/api/cost-events${query({ ...shown, limit: 50, cursor: cursor ? JSON.stringify(cursor) : '' })}`, { signal });
+    rows.querySelector('td.empty')?.parentElement.remove();
+    for (const e of page.data) rows.append(row(e));
     if (!rows.children.length) rows.append(h('tr', {}, h('td', { colspan: 8, class: 'empty' }, 'No cost events match.')));
     cursor = page.cursor;
     more.hidden = !cursor;
   }
+  // New events matching the filters shown go on top as they are recorded.
+  async function poll() {
+    const page = await get(`/api/cost-events${query({ ...shown, limit: 25 })}`, { signal });
+    const have = new Set([...rows.children].map((r) => r.dataset.id));
+    const fresh = page.data.filter((e) => !have.has(e.id));
+    if (fresh.length) rows.querySelector('td.empty')?.parentElement.remove();
+    for (const e of fresh.reverse()) rows.prepend(row(e));
+  }
+  const timer = setInterval(() => poll().catch(() => {}), POLL_MS);
+  signal.addEventListener('abort', () => clearInterval(timer));
   async function exportCsv() {
     msg.textContent = '';
     try {
@@ -78,8 +94,9 @@ async function detail(main, id, { signal, title }) {
     ['Id', code(e.id)], ['Request id', code(e.requestId || '—')], ['Time', time(e.createdAt)], ['Provider', e.provider],
     ['Model', e.model], ['Cost', usd(e.costMicrodollars)], ['Input tokens', e.inputTokens], ['Output tokens', e.outputTokens],
     ['Cached input tokens', e.cachedInputTokens], ['Reasoning tokens', e.reasoningTokens], ['Duration', e.durationMs != null ? `${e.durationMs} ms` : '—'],
-    ['API key', e.keyName ? `${e.keyName} (${e.apiKeyId})` : (e.apiKeyId || '—')], ['Source', e.source || '—'],
-    ['Session', e.sessionId || '—'], ['Trace', e.traceId || '—'], ['Customer', e.customerId || '—'],
+    ['API key', e.apiKeyId ? named(e.keyName, e.apiKeyId, `/keys/${e.apiKeyId}`) : '—'], ['Source', e.source || '—'],
+    ['Session', e.sessionId || '—'], ['Trace', e.traceId || '—'],
+    ['Customer', e.customerId ? h('a', { href: `/customers/${encodeURIComponent(e.customerId)}` }, e.customerId) : '—'],
     ['Tool', e.toolName ? `${e.toolServer || ''} ${e.toolName}` : '—'], ['Budget status', e.budgetStatus || '—'],
     ['Tags', Object.keys(e.tags || {}).length ? Object.entries(e.tags).map(([k, v]) => `${k}=${v}`).join(', ') : '—'],
   ];

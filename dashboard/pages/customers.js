@@ -1,10 +1,14 @@
 // Customers: each binding's plan and cap, the spend of its customer budget, and
 // what is left; a customer's page shows its unit economics
-// (`GET /api/customer-bindings/{customerId}`, the proxy's unit-economics shape).
-import { get, post } from '../lib/api.js';
-import { h, fill, status, code, time } from '../lib/dom.js';
+// (`GET /api/customer-bindings/{customerId}`, the proxy's unit-economics shape),
+// its spend over time and its latest calls.
+import { get, post, query } from '../lib/api.js';
+import { h, fill, field, select, status, table, code, time } from '../lib/dom.js';
 import { usd, percent } from '../lib/money.js';
+import { dailyChart } from '../lib/spend-chart.js';
+import { recentCalls } from '../lib/recent-calls.js';
 
+const PERIODS = [['7d', 'Last 7 days'], ['30d', 'Last 30 days'], ['90d', 'Last 90 days']];
 const TRANSITIONS = { active: [['suspend', 'Suspend'], ['archive', 'Archive']], suspended: [['reactivate', 'Reactivate'], ['archive', 'Archive']], archived: [['reactivate', 'Reactivate']] };
 
 export async function render(main, { signal, path, title }) {
@@ -41,13 +45,41 @@ export async function render(main, { signal, path, title }) {
   await refresh();
 }
 
-/** One customer's unit economics. */
+/** One customer: its unit economics when bound, its spend over time stacked by
+ * model, its top models, and its latest calls as they come in. */
 async function one(main, id, { signal, title }) {
-  const d = (await get(`/api/customer-bindings/${encodeURIComponent(id)}`, { signal })).data;
   title(`Customer ${id}`);
-  const b = d.budget;
+  let d = null;
+  try {
+    d = (await get(`/api/customer-bindings/${encodeURIComponent(id)}`, { signal })).data;
+  } catch (err) {
+    if (err.status !== 404) throw err;
+  }
+  const period = select(PERIODS, '30d');
+  const spend = h('div');
+  const calls = recentCalls({ filter: { customerId: id }, title: 'Recent calls of this customer' });
   fill(main, h('p', {}, h('a', { href: '/customers' }, '← All customers')),
-    h('h1', {}, 'Customer ', code(d.customerId)),
+    h('h1', {}, 'Customer ', code(id)),
+    d ? economics(d) : h('p', { class: 'muted' }, 'This customer is not bound to a plan; its spend is below.'),
+    h('form', { class: 'filters', onsubmit: (e) => e.preventDefault() }, field('Period', period)), spend, calls.el);
+  async function load() {
+    const p = period.value;
+    const s = (await get(`/api/cost-events/daily${query({ by: 'model', customerId: id, period: p, limit: 10 })}`, { signal })).data;
+    const days = Number.parseInt(p, 10);
+    const models = s.series.map((m) => [m.key, usd(m.totalCostMicrodollars), String(m.requestCount)]);
+    if (s.other.requestCount) models.push(['Other models', usd(s.other.totalCostMicrodollars), String(s.other.requestCount)]);
+    fill(spend, h('h2', {}, 'Trend'),
+      s.daily.length ? dailyChart(s, days, `Daily spend of ${id} by model, last ${days} days`) : h('p', { class: 'empty' }, 'No spend in this period.'),
+      h('h2', {}, 'Top models'), table('Models by cost', ['Model', 'Cost', 'Requests'], models, 'No calls in this period.'));
+  }
+  period.addEventListener('change', () => load().catch(() => {}));
+  await Promise.all([load(), calls.start(signal)]);
+}
+
+/** A bound customer's unit economics (`GET /api/customer-bindings/{customerId}`). */
+function economics(d) {
+  const b = d.budget;
+  return [
     h('section', { class: 'stats' },
       h('div', {}, h('h2', {}, 'Lifetime cost'), h('p', { class: 'stat' }, usd(d.cost.lifetimeCostMicrodollars))),
       h('div', {}, h('h2', {}, 'Events'), h('p', { class: 'stat' }, String(d.cost.eventCount))),
@@ -58,5 +90,6 @@ async function one(main, id, { signal, title }) {
         ['Margin target', d.binding.marginTargetPercent != null ? `${d.binding.marginTargetPercent}%` : '—'],
         ['Latest budget check', d.latestBudgetCheck.decision || '—'], ['Checked at', time(d.latestBudgetCheck.at)],
         ['Enforced on this instance', b.propagated ? 'yes' : 'not yet']]
-        .map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v))))));
+        .map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v))))),
+  ];
 }

@@ -1,9 +1,16 @@
 // API keys: create (the raw key is shown once, here, and kept nowhere), list and
-// revoke.
+// revoke; each key's own page is pages/key.js.
 import { get, post, del } from '../lib/api.js';
-import { h, fill, field, status, code, time } from '../lib/dom.js';
+import { h, fill, field, status, code, time, copyId } from '../lib/dom.js';
+import { forgetNames } from '../lib/names.js';
 
-export async function render(main, { signal }) {
+export async function render(main, ctx) {
+  const id = ctx.path.split('/')[2];
+  if (id) return (await import('./key.js')).render(main, { ...ctx, id: decodeURIComponent(id) });
+  return list(main, ctx);
+}
+
+async function list(main, { signal }) {
   const msg = status();
   const list = h('div');
   const reveal = h('div');
@@ -21,6 +28,7 @@ export async function render(main, { signal }) {
       name.value = '';
       storedOnly.checked = false;
       showOnce(reveal, k);
+      forgetNames();
       await refresh();
     } catch (err) {
       error.textContent = err.message;
@@ -37,10 +45,12 @@ export async function render(main, { signal }) {
         revoke.addEventListener('click', async () => {
           if (revoke.textContent === 'Revoke') { revoke.textContent = 'Confirm revoke'; return; }
           await del(`/api/keys/${k.id}`);
+          forgetNames();
           msg.textContent = `Revoked ${k.name}.`;
           await refresh();
         });
-        return h('tr', {}, h('td', {}, k.name, k.requireStoredCredentials ? ' (stored provider keys only)' : ''), h('td', {}, code(`${k.keyPrefix}…`)), h('td', {}, code(k.id)),
+        return h('tr', {}, h('td', {}, h('a', { href: `/keys/${k.id}` }, k.name), k.requireStoredCredentials ? ' (stored provider keys only)' : ''),
+          h('td', {}, code(`${k.keyPrefix}…`)), h('td', {}, copyId(k.id, `the id of ${k.name}:`)),
           h('td', {}, time(k.createdAt)), h('td', {}, k.lastUsedAt ? time(k.lastUsedAt) : 'never'), h('td', {}, revoke));
       })))
       : h('p', { class: 'empty' }, 'No keys yet.'));

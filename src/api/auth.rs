@@ -73,10 +73,14 @@ pub struct LoggedOut {
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct SessionView {
     user: UserView,
     org: OrgRef,
     role: String,
+    /// The proxy's base URL as agents reach it (`proxy_public_url`, default
+    /// `http://PROXY_ADDR`): what the dashboard puts in its SDK snippets.
+    proxy_url: String,
 }
 
 async fn start_session(
@@ -158,6 +162,7 @@ pub async fn signup(
         user: UserView::from(&user),
         org: OrgRef { id: ids::prefixed(ids::ORG, &org.id), name: org.name, plan: org.plan },
         role: "owner".to_owned(),
+        proxy_url: state.proxy_public_url(),
     }})))
 }
 
@@ -222,6 +227,7 @@ async fn session_view(state: &AppState, user: SessionUser) -> Result<HttpRespons
         user: UserView::from(&auth.user),
         org: OrgRef { id: ids::prefixed(ids::ORG, &auth.org.id), name: auth.org.name.clone(), plan: auth.org.plan.clone() },
         role: auth.role.as_str().to_owned(),
+        proxy_url: state.proxy_public_url(),
     }})))
 }
 

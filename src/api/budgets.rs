@@ -30,6 +30,8 @@ use crate::util::bounds::{check_range, MAX_BUDGET_MICRODOLLARS};
 use crate::util::json::JsonBody;
 use crate::util::{ids, time, validate};
 
+use super::budget_names::entity_names;
+
 /// The least role that may create, change, reset or delete a budget.
 pub const WRITE_ROLE: Role = Role::Admin;
 /// Alert thresholds of a budget created without `thresholdPercentages`: a warning at
@@ -105,13 +107,22 @@ pub struct BudgetView {
     id: String,
     entity_type: String,
     entity_id: String,
+    /// The entity as people name it: the API key's name (a revoked key's too) or the
+    /// user's email; null for tags and customers, whose id is their name.
+    entity_name: Option<String>,
     max_budget_microdollars: i64,
     /// Settled spend of the current period.
     spend_microdollars: i64,
+    /// Held by calls in flight on this instance and not settled yet: with the spend,
+    /// what the next call's admission counts against the limit.
+    reserved_microdollars: i64,
     policy: String,
     reset_interval: Option<String>,
     /// Null when the budget has no reset interval.
     current_period_start: Option<String>,
+    /// When the current period ends and spend resets (the next UTC day, Monday or
+    /// 1st of the month); null when the budget has no reset interval.
+    current_period_end: Option<String>,
     threshold_percentages: Vec<i64>,
     velocity_limit_microdollars: Option<i64>,
     velocity_window_seconds: Option<i64>,
@@ -129,6 +140,36 @@ pub struct BudgetView {
     updated_at: String,
 }
 
+/// What a budget view adds to its row: the entity's name and the holds of calls in
+/// flight.
+#[derive(Debug, Default, Clone)]
+struct Live {
+    name: Option<String>,
+    reserved: i64,
+}
+
+/// [`Live`] of each of `rows`, in order; holds are read from the budget actors
+/// already running on this instance (none is started for it).
+async fn live(state: &AppState, org_id: &str, rows: &[Budget]) -> Result<Vec<Live>, ApiError> {
+    let names = entity_names(&state.pool, org_id, rows).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (b, name) in rows.iter().zip(names) {
+        out.push(Live { name, reserved: state.budgets.reserved(&entity_ref(b)).await });
+    }
+    Ok(out)
+}
+
+async fn live_one(state: &AppState, org_id: &str, row: &Budget) -> Result<Live, ApiError> {
+    Ok(live(state, org_id, std::slice::from_ref(row)).await?.pop().unwrap_or_default())
+}
+
+/// The end of `b`'s current period, when it has a reset interval.
+fn period_end(b: &Budget) -> Option<String> {
+    let interval = b.reset_interval.as_deref()?.parse::<ResetInterval>().ok()?;
+    let end = actors::budget::next_period_start(interval, b.current_period_start?);
+    (end != i64::MAX).then(|| time::iso(end))
+}
+
 /// How an unset finalization reserve is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum UnsetReserve {
@@ -137,7 +178,7 @@ enum UnsetReserve {
 }
 
 impl BudgetView {
-    fn new(b: &Budget, unset_reserve: UnsetReserve) -> Self {
+    fn new(b: &Budget, unset_reserve: UnsetReserve, live: Live) -> Self {
         let reserve = match (b.finalization_reserve_microdollars, unset_reserve) {
             (None, UnsetReserve::Zero) => Some(0),
             (reserve, _) => reserve,
@@ -146,11 +187,14 @@ impl BudgetView {
             id: ids::prefixed(ids::BUDGET, &b.id),
             entity_type: b.entity_type.clone(),
             entity_id: b.entity_id.clone(),
+            entity_name: live.name,
             max_budget_microdollars: b.max_budget_microdollars,
             spend_microdollars: b.spend_microdollars,
+            reserved_microdollars: live.reserved,
             policy: b.policy.clone(),
             reset_interval: b.reset_interval.clone(),
             current_period_start: time::iso_opt(b.current_period_start),
+            current_period_end: period_end(b),
             threshold_percentages: stored_thresholds(&b.threshold_percentages),
             velocity_limit_microdollars: b.velocity_limit_microdollars,
             velocity_window_seconds: b.velocity_window_seconds,
@@ -456,7 +500,8 @@ async fn check_ownership(state: &AppState, org_id: &str, ownership: &Ownership) 
 pub async fn list_budgets(state: web::Data<AppState>, auth: SessionAuth) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Viewer)?;
     let rows = db::budgets::list(&state.pool, &auth.org.id).await?;
-    let data = rows.iter().map(|b| BudgetView::new(b, UnsetReserve::Zero)).collect();
+    let live = live(&state, &auth.org.id, &rows).await?;
+    let data = rows.iter().zip(live).map(|(b, l)| BudgetView::new(b, UnsetReserve::Zero, l)).collect();
     Ok(HttpResponse::Ok().json(BudgetList { data }))
 }
 
@@ -510,7 +555,8 @@ pub async fn upsert_budget(
         }
     };
     state.budgets.invalidate(&entity_ref(&saved)).await;
-    Ok(HttpResponse::Created().json(BudgetView::new(&saved, UnsetReserve::Null)))
+    let live = live_one(&state, &auth.org.id, &saved).await?;
+    Ok(HttpResponse::Created().json(BudgetView::new(&saved, UnsetReserve::Null, live)))
 }
 
 /// Deletes a budget; enforcement of its entity stops.
@@ -555,7 +601,8 @@ pub async fn reset_budget(
         .await?
         .ok_or_else(|| ApiError::not_found("Budget"))?;
     state.budgets.invalidate(&entity_ref(&reset)).await;
-    Ok(HttpResponse::Ok().json(BudgetView::new(&reset, UnsetReserve::Zero)))
+    let live = live_one(&state, &auth.org.id, &reset).await?;
+    Ok(HttpResponse::Ok().json(BudgetView::new(&reset, UnsetReserve::Zero, live)))
 }
 
 /// The live status of the calling key's user entity and of the key itself, for
@@ -703,8 +750,9 @@ pub async fn get_budget_sources(
             request_count: g.request_count,
         })
         .collect();
+    let live = live_one(&state, &auth.org.id, &budget).await?;
     Ok(HttpResponse::Ok().json(BudgetSourcesBody {
-        data: BudgetSources { budget: BudgetView::new(&budget, UnsetReserve::Zero), sources },
+        data: BudgetSources { budget: BudgetView::new(&budget, UnsetReserve::Zero, live), sources },
     }))
 }
 
@@ -851,9 +899,11 @@ mod tests {
         let row = valid(json!({ "entityType": "customer", "entityId": "c", "maxBudgetMicrodollars": 5 }))
             .unwrap()
             .row;
-        let listed = serde_json::to_value(BudgetView::new(&row, UnsetReserve::Zero)).unwrap();
+        let listed =
+            serde_json::to_value(BudgetView::new(&row, UnsetReserve::Zero, Live::default())).unwrap();
         assert_eq!(listed["finalizationReserveMicrodollars"], 0);
-        let upserted = serde_json::to_value(BudgetView::new(&row, UnsetReserve::Null)).unwrap();
+        let upserted =
+            serde_json::to_value(BudgetView::new(&row, UnsetReserve::Null, Live::default())).unwrap();
         assert_eq!(upserted["finalizationReserveMicrodollars"], Value::Null);
         assert!(upserted["id"].as_str().unwrap().starts_with("svc_bgt_"));
     }

@@ -118,6 +118,8 @@ pub struct ListEventsQuery {
     session_id: Option<String>,
     /// `skipped`, `approved` or `denied`.
     budget_status: Option<String>,
+    /// The event's customer identifier (1-256 characters of `[a-zA-Z0-9._:-]`).
+    customer_id: Option<String>,
 }
 
 /// Query of `GET /api/cost-events/export`. Tag filters come as `tag.<key>=<value>`.
@@ -711,6 +713,9 @@ fn event_filter(q: ListEventsQuery, query_string: &str) -> Result<EventFilter, A
             id
         }
     };
+    if q.customer_id.as_deref().is_some_and(|c| !validate::is_customer_id(c)) {
+        issues.push(&["customerId"], "must be 1-256 characters from [a-zA-Z0-9._:-]");
+    }
     let tags = tag_filters(query_string, &mut issues);
     issues.finish()?;
     Ok(EventFilter {
@@ -722,6 +727,7 @@ fn event_filter(q: ListEventsQuery, query_string: &str) -> Result<EventFilter, A
         trace_id: q.trace_id,
         session_id: q.session_id,
         budget_status: q.budget_status,
+        customer_id: q.customer_id,
         tags,
     })
 }

@@ -4,8 +4,10 @@ pub mod actions;
 pub mod actions_input;
 pub mod audit;
 pub mod auth;
+mod budget_names;
 pub mod budgets;
 pub mod cost_events;
+pub mod cost_events_daily;
 pub mod cost_events_ingest;
 pub mod cost_events_refund;
 pub mod customer_bindings;
@@ -87,6 +89,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(audit::configure)
             .configure(budgets::configure)
             .configure(cost_events_ingest::configure)
+            // Before `/cost-events/{id}`, which would take `daily` for an id.
+            .configure(cost_events_daily::configure)
             .configure(cost_events::configure)
             .configure(policy::configure)
             .configure(tool_costs::configure)

@@ -57,6 +57,8 @@ pub struct EventFilter {
     pub trace_id: Option<String>,
     pub session_id: Option<String>,
     pub budget_status: Option<String>,
+    /// The event's customer identifier.
+    pub customer_id: Option<String>,
     /// `(key, value)` pairs the event's tags must all contain.
     pub tags: Vec<(String, String)>,
 }
@@ -263,6 +265,9 @@ macro_rules! apply_filter {
         }
         if let Some(v) = &$filter.budget_status {
             $query = $query.filter(cost_events::budget_status.eq(v));
+        }
+        if let Some(v) = &$filter.customer_id {
+            $query = $query.filter(cost_events::customer_id.eq(v));
         }
         for (key, value) in $filter.tags.iter().skip($skip) {
             // Aliased: the query may walk `cost_event_tags` itself (`events_by_tag`).

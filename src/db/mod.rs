@@ -31,6 +31,7 @@ pub mod processor;
 pub mod provider_credentials;
 pub mod refunds;
 pub mod rollup_labels;
+pub mod rollup_series;
 pub mod rollup_shape;
 pub mod rollup_top;
 pub mod rollups;

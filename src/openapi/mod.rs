@@ -87,6 +87,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         crate::api::actions::ApiDoc::openapi(),
         crate::api::budgets::ApiDoc::openapi(),
         crate::api::cost_events::ApiDoc::openapi(),
+        crate::api::cost_events_daily::ApiDoc::openapi(),
         crate::api::cost_events_ingest::ApiDoc::openapi(),
         crate::api::policy::ApiDoc::openapi(),
         crate::api::tool_costs::ApiDoc::openapi(),

@@ -232,12 +232,102 @@ impl Browser {
             .unwrap_or_default()
     }
 
-    /// Saves a PNG of the page to `$SPENDGATE_SCREENSHOTS/<name>.png` when set.
+    /// With `SPENDGATE_SCREENSHOTS=<dir>`, saves the page as `<name>-laptop.png`
+    /// (1366×800) and `<name>-phone.png` (390×844, a phone's viewport) there; the
+    /// browser's own size is restored afterwards.
     pub async fn screenshot(&self, name: &str) {
         let Ok(dir) = std::env::var("SPENDGATE_SCREENSHOTS") else { return };
-        let png = self.client.screenshot().await.expect("screenshot");
         let _ = std::fs::create_dir_all(&dir);
-        std::fs::write(Path::new(&dir).join(format!("{name}.png")), png).expect("write screenshot");
+        for (width, suffix) in [(Width::Laptop, "laptop"), (Width::Phone, "phone")] {
+            self.set_width(width).await;
+            let png = self.client.screenshot().await.expect("screenshot");
+            std::fs::write(Path::new(&dir).join(format!("{name}-{suffix}.png")), png)
+                .expect("write screenshot");
+        }
+        self.set_width(Width::Default).await;
+    }
+
+    /// Lays the page out at `width` (Chromium's device emulation, so the viewport is
+    /// exactly that size whatever the window) and waits two frames for the layout.
+    pub async fn set_width(&self, width: Width) {
+        let (cmd, params) = match width {
+            Width::Default => ("Emulation.clearDeviceMetricsOverride", json!({})),
+            Width::Laptop => (
+                "Emulation.setDeviceMetricsOverride",
+                json!({ "width": 1366, "height": 800, "deviceScaleFactor": 1, "mobile": false }),
+            ),
+            Width::Phone => (
+                "Emulation.setDeviceMetricsOverride",
+                json!({ "width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": true }),
+            ),
+        };
+        self.client.issue_cmd(Cdp { cmd, params }).await.unwrap_or_else(|e| panic!("{cmd}: {e}"));
+        self.client
+            .execute_async("requestAnimationFrame(() => requestAnimationFrame(arguments[0]));", vec![])
+            .await
+            .expect("wait for layout");
+    }
+
+    /// Runs `script` (a function body that returns JSON) in the page.
+    pub async fn eval(&self, script: &str) -> serde_json::Value {
+        self.client.execute(script, vec![]).await.unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
+    }
+
+    /// What stops a person using the page on screen, by the checks of
+    /// `accessibility.js`: the page scrolling sideways, a form control without a
+    /// label, a button without a name, text below the WCAG AA contrast ratio.
+    pub async fn accessibility_problems(&self) -> Vec<String> {
+        let found = self.eval(include_str!("accessibility.js")).await;
+        serde_json::from_value(found).expect("a list of problems")
+    }
+
+    /// Presses Tab `n` times and answers the focused element's tag, text and whether
+    /// its focus is drawn (an outline of non-zero width).
+    pub async fn tab(&self, n: usize) -> (String, String, bool) {
+        let body = self.client.find(Locator::Css("body")).await.expect("body");
+        for _ in 0..n {
+            body.send_keys("\u{E004}").await.expect("press Tab");
+        }
+        let v = self
+            .eval(
+                "const e = document.activeElement; const s = getComputedStyle(e); \
+                 return [e.tagName.toLowerCase(), (e.innerText || e.getAttribute('aria-label') || '').trim(), \
+                 s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0];",
+            )
+            .await;
+        (
+            v[0].as_str().unwrap_or_default().to_owned(),
+            v[1].as_str().unwrap_or_default().to_owned(),
+            v[2] == true,
+        )
+    }
+}
+
+/// The viewport sizes pages are checked and pictured at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Width {
+    /// The browser's own window (1280×900).
+    Default,
+    /// 1366×800.
+    Laptop,
+    /// 390×844, a phone.
+    Phone,
+}
+
+/// A Chrome DevTools command through chromedriver (`goog/cdp/execute`).
+#[derive(Debug)]
+struct Cdp {
+    cmd: &'static str,
+    params: serde_json::Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
+    fn endpoint(&self, base_url: &url::Url, session_id: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/goog/cdp/execute", session_id.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (reqwest::Method, Option<String>) {
+        (reqwest::Method::POST, Some(json!({ "cmd": self.cmd, "params": self.params }).to_string()))
     }
 }
 
