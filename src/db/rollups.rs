@@ -994,6 +994,14 @@ macro_rules! rebuild_statements {
                     acc.entry(k).or_default().add(&s);
                 }
             }
+            // Written in parts past a bound (the upsert adds into the rows deleted
+            // above, so parts sum exactly): all of time at once does not fit in memory
+            // at 10M events.
+            if acc.len() >= REBUILD_HELD_KEYS {
+                let rows: Vec<RollupRow> =
+                    std::mem::take(&mut acc).into_iter().map(|(k, s)| to_row(k, &s)).collect();
+                upsert_rollups!($conn, &rows, $($aw)*);
+            }
         }
         let rows: Vec<RollupRow> = acc.into_iter().map(|(k, s)| to_row(k, &s)).collect();
         upsert_rollups!($conn, &rows, $($aw)*);
@@ -1057,6 +1065,8 @@ async fn rebuild_scope(pool: &Pool, scope: Scope) -> DbResult<u64> {
 }
 
 const REBUILD_PAGE: i64 = 20_000;
+/// Rollup sums a rebuild holds in memory before it writes them.
+const REBUILD_HELD_KEYS: usize = 200_000;
 
 /// Runs the back-fills a migration left pending: a full [`rebuild`] for the one that
 /// created the rollups (a database with events from before them), or, for a
