@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 
-use super::usage::{self, BuiltinCall, ProviderUsage, StreamUsage, ToolCall, WireFormat};
+use super::usage::{self, BuiltinCall, StreamUsage, ToolCall, WireFormat};
 use crate::pricing::Usage;
 
 /// Bytes of a non-streaming body kept for reading usage (larger bodies are passed
@@ -278,8 +278,12 @@ struct Details {
 /// response, read as its route's wire format.
 fn json_details(format: WireFormat, body: &[u8]) -> Details {
     match format {
-        WireFormat::OpenAiResponses => {
-            let mut reader = usage::ResponsesUsage::new();
+        WireFormat::OpenAiEmbeddings => {
+            Details { usage: usage::embeddings_usage(body), ..Details::default() }
+        }
+        // One typed parse for usage, id and tool calls: a whole body reads as one event.
+        WireFormat::OpenAiChat | WireFormat::OpenAiResponses => {
+            let mut reader = StreamUsage::of_format(format);
             reader.on_event(body);
             Details {
                 usage: reader.usage(),
@@ -288,70 +292,38 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
                 builtin_calls: reader.builtin_calls().to_vec(),
             }
         }
-        WireFormat::OpenAiEmbeddings => {
-            Details { usage: usage::embeddings_usage(body), ..Details::default() }
-        }
-        WireFormat::OpenAiChat => {
-            // One typed parse for usage, id and tool calls (a whole body reads as one
-            // event), instead of a usage parse and a second one into a `Value`.
-            let mut reader = usage::OpenAiStreamUsage::new();
-            reader.on_event(body);
-            Details {
-                usage: reader.usage(),
-                id: reader.response_id().map(str::to_owned),
-                tool_calls: reader.tool_calls().to_vec(),
-                builtin_calls: Vec::new(),
-            }
-        }
-        format => {
+        WireFormat::Anthropic | WireFormat::Gemini => {
             let (usage, id, tool_calls) = chat_details(format, body);
             Details { usage, id, tool_calls, builtin_calls: Vec::new() }
         }
     }
 }
 
-/// [`json_details`] of the Anthropic and Gemini formats (and of OpenAI chat, which
-/// [`json_details`] reads in one parse instead).
+/// [`json_details`] of the Anthropic and Gemini formats.
 fn chat_details(format: WireFormat, body: &[u8]) -> (Option<Usage>, Option<String>, Vec<ToolCall>) {
-    let usage = match format {
-        WireFormat::Anthropic => usage::anthropic_usage(body),
-        WireFormat::Gemini => usage::gemini_usage(body),
-        _ => usage::openai_usage(body),
-    };
+    let gemini = format == WireFormat::Gemini;
+    let usage = if gemini { usage::gemini_usage(body) } else { usage::anthropic_usage(body) };
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
         return (usage, None, Vec::new());
     };
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
     let mut calls = Vec::new();
-    let id = match format {
-        WireFormat::OpenAiChat | WireFormat::OpenAiResponses | WireFormat::OpenAiEmbeddings => {
-            for choice in value["choices"].as_array().into_iter().flatten() {
-                for call in choice["message"]["tool_calls"].as_array().into_iter().flatten() {
-                    calls.push(ToolCall { id: text(&call["id"]), name: text(&call["function"]["name"]) });
+    if gemini {
+        for candidate in value["candidates"].as_array().into_iter().flatten() {
+            for part in candidate["content"]["parts"].as_array().into_iter().flatten() {
+                if let Some(name) = part["functionCall"]["name"].as_str() {
+                    calls.push(ToolCall { id: text(&part["functionCall"]["id"]), name: name.to_owned() });
                 }
             }
-            value["id"].as_str()
         }
-        WireFormat::Anthropic => {
-            for block in value["content"].as_array().into_iter().flatten() {
-                if block["type"] == "tool_use" {
-                    calls.push(ToolCall { id: text(&block["id"]), name: text(&block["name"]) });
-                }
-            }
-            value["id"].as_str()
+        return (usage, value["responseId"].as_str().map(str::to_owned), calls);
+    }
+    for block in value["content"].as_array().into_iter().flatten() {
+        if block["type"] == "tool_use" {
+            calls.push(ToolCall { id: text(&block["id"]), name: text(&block["name"]) });
         }
-        WireFormat::Gemini => {
-            for candidate in value["candidates"].as_array().into_iter().flatten() {
-                for part in candidate["content"]["parts"].as_array().into_iter().flatten() {
-                    if let Some(name) = part["functionCall"]["name"].as_str() {
-                        calls.push(ToolCall { id: text(&part["functionCall"]["id"]), name: name.to_owned() });
-                    }
-                }
-            }
-            value["responseId"].as_str()
-        }
-    };
-    (usage, id.map(str::to_owned), calls)
+    }
+    (usage, value["id"].as_str().map(str::to_owned), calls)
 }
 
 impl<S, E> Stream for Metered<S>
