@@ -165,15 +165,22 @@ pub const DEFAULT_THRESHOLDS: [i64; 4] = [50, 80, 90, 95];
 #[derive(Clone)]
 pub struct BudgetService {
     registry: Arc<BudgetRegistry>,
+    /// This instance's budget leases (shared budgets with leases on).
+    leases: Option<Arc<crate::leases::LeaseBook>>,
 }
 
 impl BudgetService {
     /// Starts the registry (its arbiter threads). Must run inside the actix system.
-    pub fn start(pool: Pool, outbox: crate::outbox::Outbox, config: RegistryConfig) -> Result<Self, String> {
+    pub fn start(
+        pool: Pool,
+        outbox: crate::outbox::Outbox,
+        config: RegistryConfig,
+        leases: Option<Arc<crate::leases::LeaseBook>>,
+    ) -> Result<Self, String> {
         let store = Arc::new(DbBudgetStore { pool: pool.clone() });
         let sink: Arc<dyn EventSink> = Arc::new(OutboxSink { pool, outbox });
         let registry = BudgetRegistry::new(config, store, Some(sink)).map_err(|e| e.to_string())?;
-        Ok(Self { registry: Arc::new(registry) })
+        Ok(Self { registry: Arc::new(registry), leases })
     }
 
     pub fn registry(&self) -> &BudgetRegistry {
@@ -184,10 +191,24 @@ impl BudgetService {
     /// its next decision, keeping its in-flight reservations.
     pub async fn invalidate(&self, entity: &EntityRef) {
         if let Some(key) = entity.key() {
-            if let Err(e) = self.registry.invalidate(&key).await {
-                tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
-            }
+            self.changed(&key).await;
         }
+    }
+
+    /// The budget of `key` changed, here or on another instance (the change feed): the
+    /// live actor re-reads it, and this instance's lease on it returns its free room.
+    pub async fn changed(&self, key: &EntityKey) {
+        if let Err(e) = self.registry.invalidate(key).await {
+            tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
+        }
+        if let Some(leases) = &self.leases {
+            leases.revoke(key).await;
+        }
+    }
+
+    /// This instance's budget leases, when calls are admitted against them.
+    pub fn leases(&self) -> Option<&Arc<crate::leases::LeaseBook>> {
+        self.leases.as_ref()
     }
 
     /// Reservations currently held in memory for an entity (0 when none is live).

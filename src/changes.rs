@@ -154,9 +154,7 @@ impl Feeds {
             }
             let Ok(entity_type) = entity_type.parse::<EntityType>() else { continue };
             let key = EntityKey::new(org_id, entity_type, entity_id);
-            if let Err(e) = state.budgets.registry().invalidate(&key).await {
-                tracing::warn!(error = %e, entity = %key, "budget reload failed; the actor retries");
-            }
+            state.budgets.changed(&key).await;
         }
         let keys = self
             .keys

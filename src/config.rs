@@ -76,6 +76,12 @@ pub struct Config {
     /// Reservations are also held in the database so that several instances on one
     /// PostgreSQL never together pass a strict budget (default: on for PostgreSQL).
     pub shared_budgets: bool,
+    /// With shared budgets, each instance admits calls against a slice of a budget's
+    /// room it leases from the database (default: on); off, every call is arbitrated
+    /// by the database alone.
+    pub budget_leases: bool,
+    /// A lease unused this long returns its free room to its budget.
+    pub budget_lease_idle: Duration,
     /// How long the accounting writer waits for more proxied calls before committing
     /// one (0 = never waits). Acknowledged ingest never waits: it commits at once.
     pub accounting_linger: Duration,
@@ -216,6 +222,11 @@ pub const SETTINGS: &[(&str, &str)] = &[
         "shared_budgets",
         "1 = hold reservations in the database for several instances (default: 1 on PostgreSQL)",
     ),
+    (
+        "budget_leases",
+        "1 = with shared budgets, admit calls against a leased slice of each budget's room; 0 = a database round trip per call (default 1)",
+    ),
+    ("budget_lease_idle_ms", "a budget lease unused this long returns its free room (default 1000)"),
     (
         "accounting_linger_ms",
         "wait this long to batch proxied calls' cost events into one commit; 0 = off (default 2)",
@@ -370,6 +381,11 @@ impl Config {
                     .is_some_and(|b| b == crate::db::Backend::Postgres),
                 Some(_) => r.flag("shared_budgets")?,
             },
+            budget_leases: match r.optional("budget_leases") {
+                None => true,
+                Some(_) => r.flag("budget_leases")?,
+            },
+            budget_lease_idle: Duration::from_millis(r.positive("budget_lease_idle_ms", 1_000)?),
             accounting_linger: Duration::from_millis(r.number("accounting_linger_ms", 2)?),
             rollup_fold_interval: Duration::from_millis(r.positive("rollup_fold_ms", 250)?),
             durable_answers: match r.optional("durable_answers") {

@@ -79,20 +79,32 @@ pub async fn is_gone(pool: &Pool, id: &str, now: i64) -> DbResult<bool> {
 /// Takes this process's lock and beats once now (so this process is alive before it
 /// serves), then keeps beating on the current runtime, holding the lock; also prunes
 /// long-silent rows.
-pub async fn start(pool: Pool, id: String, started_at: i64) -> DbResult<()> {
+///
+/// `on_beat` hears the time of every heartbeat written (budget leases stay usable only
+/// while the heartbeat is fresh).
+pub async fn start(
+    pool: Pool,
+    id: String,
+    started_at: i64,
+    on_beat: impl Fn(i64) + Send + 'static,
+) -> DbResult<()> {
     // Without its lock a process is still correct, only seen dead later (heartbeat).
     let mut held = lock::take(&pool, &id).await.unwrap_or_else(|e| {
         tracing::warn!(error = %e, "could not take the process lock; a crash is noticed by the heartbeat only");
         lock::Held::Nothing
     });
+    let at = time::now_ms();
     beat(&pool, &id, started_at).await?;
+    on_beat(at);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
         let mut beats: u64 = 0;
         loop {
             tick.tick().await;
-            if let Err(e) = beat(&pool, &id, started_at).await {
-                tracing::warn!(error = %e, "heartbeat failed");
+            let at = time::now_ms();
+            match beat(&pool, &id, started_at).await {
+                Ok(()) => on_beat(at),
+                Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
             }
             if let Err(e) = lock::keep(&pool, &id, &mut held).await {
                 tracing::warn!(error = %e, "could not take the process lock again");

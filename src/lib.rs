@@ -22,6 +22,7 @@ pub mod db;
 pub mod error;
 pub mod idempotency;
 pub mod instances;
+pub mod leases;
 pub mod margins;
 pub mod metrics;
 pub mod model_prices;
@@ -99,9 +100,21 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
     );
     changes::start(state.clone());
     state.actions.resume_pending_until_done();
-    instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms)
+    let leases = state.budgets.leases().cloned();
+    let on_beat = {
+        let leases = leases.clone();
+        move |at: i64| {
+            if let Some(leases) = &leases {
+                leases.beat(at);
+            }
+        }
+    };
+    instances::start(state.pool.clone(), state.instance_id.clone(), state.started_at_ms, on_beat)
         .await
         .map_err(io::Error::other)?;
+    if let Some(leases) = &leases {
+        leases.start();
+    }
     idempotency::start_purger(state.pool.clone());
     margins::scheduler::start(
         state.pool.clone(),
@@ -166,7 +179,17 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
     println!("spendgate ready {}", ready.join(" "));
     tracing::info!(listeners = %ready.join(" "), backend = ?state.pool.backend(), "spendgate ready");
 
-    for result in futures_util::future::join_all(servers).await {
+    let stopped = futures_util::future::join_all(servers).await;
+    if let Some(leases) = &leases {
+        // The servers are down: once the calls they settled are committed (a few
+        // seconds at most), the leases' room goes back to the budgets.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while state.writer.queued() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        leases.shutdown().await;
+    }
+    for result in stopped {
         result?;
     }
     tracing::info!("spendgate stopped");

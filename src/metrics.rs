@@ -35,6 +35,10 @@ pub struct Metrics {
     pub webhook_attempts: IntCounterVec,
     /// Enabled webhook endpoints whose last attempt failed (see `failingSince`).
     pub webhook_endpoints_failing: IntGauge,
+    /// Budget leases (shared budgets): room this instance holds per budget entity.
+    pub lease_held: IntGaugeVec,
+    /// Budget lease operations: `grown`, `refused`, `returned`, `reaped`.
+    pub lease_operations: IntCounterVec,
 }
 
 impl Metrics {
@@ -107,7 +111,27 @@ impl Metrics {
         )
         .expect("valid gauge");
         registry.register(Box::new(webhook_endpoints_failing.clone())).expect("unique gauge");
+        let lease_held = IntGaugeVec::new(
+            Opts::new(
+                "budget_lease_microdollars",
+                "Room of a budget this instance holds in its lease (shared budgets), per budget entity",
+            ),
+            &["org_id", "entity_type", "entity_id"],
+        )
+        .expect("valid gauge");
+        registry.register(Box::new(lease_held.clone())).expect("unique gauge");
+        let lease_operations = IntCounterVec::new(
+            Opts::new(
+                "budget_lease_operations_total",
+                "Budget lease operations: grown (one conditional update), refused, returned (unused room), reaped (of a dead instance)",
+            ),
+            &["operation"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(lease_operations.clone())).expect("unique counter");
         Metrics {
+            lease_held,
+            lease_operations,
             budget,
             registry,
             webhook_attempts,

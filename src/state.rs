@@ -58,6 +58,15 @@ impl AppState {
         let pricing = PricingTable::load(config.pricing_file.as_deref(), &config.named_formats())?;
         let unpriced = UnpricedModels::new(metrics.unpriced_models.clone());
         let outbox = crate::outbox::Outbox::new();
+        let instance_id = crate::util::ids::new_id();
+        let leases = (config.shared_budgets && config.budget_leases).then(|| {
+            crate::leases::LeaseBook::new(
+                pool.clone(),
+                instance_id.clone(),
+                config.budget_lease_idle,
+                &metrics,
+            )
+        });
         let budgets = BudgetService::start(
             pool.clone(),
             outbox.clone(),
@@ -69,6 +78,7 @@ impl AppState {
                 restart_backoff: config.actor_restart_backoff,
                 ..actors::registry::RegistryConfig::default()
             },
+            leases,
         )?;
         let actions = crate::actions::ActionService::start(pool.clone(), outbox.clone(), budgets.clone())?;
         let on_commit = {
@@ -108,7 +118,7 @@ impl AppState {
             bindings: crate::binding_cache::BindingCache::default(),
             plan_usage: crate::plan_usage::PlanUsage::default(),
             unsettled,
-            instance_id: crate::util::ids::new_id(),
+            instance_id,
             started_at_ms: crate::util::time::now_ms(),
             proxy_bound: std::sync::OnceLock::new(),
         })))

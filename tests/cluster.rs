@@ -67,12 +67,25 @@ async fn count(conn: &mut AsyncPgConnection, sql: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_never_together_pass_a_strict_budget() {
+    storm_on_a_strict_budget("1").await;
+}
+
+/// The same with budget leases off: every call is arbitrated by the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_never_together_pass_a_strict_budget_without_leases() {
+    storm_on_a_strict_budget("0").await;
+}
+
+async fn storm_on_a_strict_budget(leases: &str) {
     if !backend_is_postgres() {
         return;
     }
     let mock = MockUpstream::start();
-    let env =
-        [("SPENDGATE_UPSTREAM_OPENAI", mock.base.clone()), ("SPENDGATE_SHARED_BUDGETS", "1".to_owned())];
+    let env = [
+        ("SPENDGATE_UPSTREAM_OPENAI", mock.base.clone()),
+        ("SPENDGATE_SHARED_BUDGETS", "1".to_owned()),
+        ("SPENDGATE_BUDGET_LEASES", leases.to_owned()),
+    ];
     let app = TestApp::start_with(&env).await;
     let owner = app.owner().await;
     let (key_id, raw_key) = create_key(&owner, "agent").await;

@@ -17,6 +17,7 @@ mod exact_ceiling;
 mod health;
 mod ingest;
 mod keys;
+mod leases;
 mod margins;
 mod margins_more;
 mod mock_selftest;

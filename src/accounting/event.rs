@@ -98,6 +98,7 @@ pub fn build(spec: EventSpec<'_>, reserved: bool) -> NewCostEvent {
         targets,
         outbox: Vec::new(),
         holds: Vec::new(),
+        leased: Vec::new(),
         reserved,
         ticket: None,
         body: None,

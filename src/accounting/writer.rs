@@ -487,6 +487,7 @@ mod tests {
             targets,
             outbox: Vec::new(),
             holds: Vec::new(),
+            leased: Vec::new(),
             reserved: false,
             body: None,
             ticket: None,

@@ -18,7 +18,9 @@ use diesel_async::RunQueryDsl;
 use crate::db::change_feed::change_feed;
 use crate::db::models::Budget;
 use crate::db::rollups::{self, Spec, Sums};
-use crate::db::schema::{api_keys, budget_changes, budget_reservations, budgets, organizations};
+use crate::db::schema::{
+    api_keys, budget_changes, budget_leases, budget_reservations, budgets, organizations,
+};
 use crate::db::{DbResult, Pool};
 use crate::{with_conn, with_tx};
 
@@ -250,6 +252,7 @@ pub async fn delete(pool: &Pool, org_id: &str, id: &str) -> DbResult<Option<Budg
         diesel::delete(budget_reservations::table.filter(budget_reservations::budget_id.eq(id)))
             .execute(conn)
             .await?;
+        diesel::delete(budget_leases::table.filter(budget_leases::budget_id.eq(id))).execute(conn).await?;
         let deleted: Option<Budget> =
             diesel::delete(budgets::table.filter(budgets::id.eq(id)).filter(budgets::org_id.eq(org_id)))
                 .returning(Budget::as_returning())

@@ -59,6 +59,10 @@ pub struct NewCostEvent {
     /// Shared reservations (PostgreSQL, several instances) this event settles: freed in
     /// the same transaction that adds its spend.
     pub holds: Vec<crate::db::shared_budgets::SharedHold>,
+    /// What the call consumed of this instance's budget leases: moved from `reserved`
+    /// to `spend` in the same transaction, if the event is inserted (a duplicate's
+    /// first commit consumed it already).
+    pub leased: Vec<crate::db::budget_leases::LeaseUse>,
     /// The proxy reserved this cost on the budget actors and settles it there itself
     /// after the commit; the writer must not count it on the actors again.
     pub reserved: bool,
@@ -239,9 +243,21 @@ macro_rules! commit_statements {
         // budget's reserved goes down in lock order, interleaved with the spend updates.
         let mut freed = crate::db::shared_budgets::take_holds!(
             $conn, events.iter().flat_map(|e| e.holds.iter()), $($aw)*
-        )
-        .into_iter()
-        .peekable();
+        );
+        // Leases are consumed for inserted events only: a duplicate is a retried
+        // commit whose first attempt consumed them already.
+        let consumed = crate::db::budget_leases::consume_leases!(
+            $conn,
+            events.iter().filter(|e| inserted_ids.contains(&e.row.id)).flat_map(|e| e.leased.iter()),
+            $($aw)*
+        );
+        if !consumed.is_empty() {
+            freed.extend(consumed);
+            freed.sort_by(|x, y| {
+                (&x.org_id, &x.entity_type, &x.entity_id).cmp(&(&y.org_id, &y.entity_type, &y.entity_id))
+            });
+        }
+        let mut freed = freed.into_iter().peekable();
         let mut outbox = plan.outbox;
         let mut changes = Vec::new();
         for (target, (added, contributions, unreserved)) in plan.sums {

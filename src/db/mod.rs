@@ -13,6 +13,7 @@
 pub mod actions;
 pub mod audit;
 pub mod bindings;
+pub mod budget_leases;
 pub mod budgets;
 pub mod change_feed;
 pub mod checkpoint;

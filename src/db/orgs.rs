@@ -13,8 +13,8 @@ use crate::db::audit::{self, actions, resources, Entry};
 use crate::db::keys::note_key_change;
 use crate::db::models::{Invitation, Membership, Organization, User};
 use crate::db::schema::{
-    api_keys, budget_reservations, budgets, customer_bindings, invitations, key_changes, memberships,
-    organizations, sessions, tool_costs, users,
+    api_keys, budget_leases, budget_reservations, budgets, customer_bindings, invitations, key_changes,
+    memberships, organizations, sessions, tool_costs, users,
 };
 use crate::db::{DbError, DbResult, Pool};
 use crate::plans::Role;
@@ -351,6 +351,9 @@ pub async fn delete_org(pool: &Pool, org_id: &str, actor_id: &str, now: i64) -> 
         // Budgets die with their organization; cost events stay as history.
         let budget_ids = budgets::table.filter(budgets::org_id.eq(org_id)).select(budgets::id);
         diesel::delete(budget_reservations::table.filter(budget_reservations::budget_id.eq_any(budget_ids)))
+            .execute(conn)
+            .await?;
+        diesel::delete(budget_leases::table.filter(budget_leases::budget_id.eq_any(budget_ids)))
             .execute(conn)
             .await?;
         diesel::delete(budgets::table.filter(budgets::org_id.eq(org_id))).execute(conn).await?;

@@ -133,6 +133,17 @@ diesel::table! {
 }
 
 diesel::table! {
+    budget_leases (id) {
+        id -> Text,
+        budget_id -> Text,
+        instance_id -> Text,
+        amount_microdollars -> BigInt,
+        tight -> Bool,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
     cost_events (id) {
         id -> Text,
         org_id -> Text,
@@ -538,6 +549,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
     budgets,
     budget_reservations,
+    budget_leases,
     budget_changes,
     key_changes,
     provider_credentials,

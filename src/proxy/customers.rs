@@ -262,7 +262,7 @@ async fn charge(ctx: &GateContext<'_>, decision_id: &str, customer: &EntityKey) 
     };
     let call = call_of(ctx.key, GATE_PROVIDER, ctx.model(), now);
     let ask = Ask { keys: &keys, reserve: &reserve, call, refused: ctx.refused(Some(ctx.defer)) };
-    let reservation = match Reservation::acquire(state, ask).await {
+    let mut reservation = match Reservation::acquire(state, ask).await {
         Ok(r) => r,
         Err(err) if err.code.status() == StatusCode::TOO_MANY_REQUESTS => {
             let remaining = remaining_of(state, customer).await;
@@ -294,8 +294,7 @@ async fn charge(ctx: &GateContext<'_>, decision_id: &str, customer: &EntityKey) 
         true,
     );
     event.row.cost_microdollars = estimate;
-    event.holds = reservation.holds();
-    event.ticket = reservation.ticket();
+    reservation.attach(&mut event);
     state
         .writer
         .commit(vec![event])

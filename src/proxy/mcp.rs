@@ -266,7 +266,7 @@ pub async fn record_event(
         defer: None,
     };
     let call = call_of(&key, PROVIDER, &input.tool_name, now);
-    let reservation =
+    let mut reservation =
         Reservation::acquire(&state, Ask { keys: &keys, reserve: &reserve, call, refused }).await?;
     let budget_status = reservation.budget_status();
     let mut event = event::build(
@@ -292,8 +292,7 @@ pub async fn record_event(
     row.trace_id = input.trace_id;
     row.tool_name = Some(input.tool_name);
     row.tool_server = Some(input.tool_server);
-    event.holds = reservation.holds();
-    event.ticket = reservation.ticket();
+    reservation.attach(&mut event);
     // A failed commit drops the reservation, which releases every hold.
     let outcomes = state.writer.commit(vec![event]).await?;
     let (id, created_at) = match outcomes.first() {

@@ -18,9 +18,11 @@ use serde_json::json;
 use super::denial::{self, denial_error, with_budget_headers, Refused};
 use super::events::{self, Call};
 use crate::budgets::admission_error;
+use crate::db::cost_events::NewCostEvent;
 use crate::db::shared_budgets::{self, AcquireError, Acquired, HoldRequest, SharedHold};
 use crate::db::Pool;
 use crate::error::ApiError;
+use crate::leases::{LeaseHolds, LeaseRequest};
 use crate::state::AppState;
 use crate::util::time;
 
@@ -33,6 +35,9 @@ const SHARED_HOLD_MARGIN_MS: i64 = 60_000;
 pub struct Reservation {
     guard: Option<ReservationGuard>,
     holds: Vec<SharedHold>,
+    /// Holds on this instance's budget leases (shared budgets with leases on): taken
+    /// in memory, consumed by the commit, released when dropped.
+    leased: Option<LeaseHolds>,
     pool: Pool,
     /// What every budget holds: the estimate, or less when an `exactCeiling` budget
     /// granted the call only its room (the call is then clamped to it).
@@ -87,9 +92,22 @@ impl Reservation {
             denial::record_events(state, admitted).await;
         }
         let granted = guard.granted(ask.reserve.estimate);
-        let mut reservation =
-            Reservation { guard: Some(guard), holds: Vec::new(), pool: state.pool.clone(), granted };
+        let mut reservation = Reservation {
+            guard: Some(guard),
+            holds: Vec::new(),
+            leased: None,
+            pool: state.pool.clone(),
+            granted,
+        };
         let acquired = acquire_shared(state, reservation.admissions(), &ask, granted).await?;
+        let acquired = match acquired {
+            Shared::Holds(acquired) => acquired,
+            Shared::Leased(leased) => {
+                let granted = leased.granted();
+                reservation.leased = Some(leased);
+                Acquired { holds: Vec::new(), granted }
+            }
+        };
         reservation.holds = acquired.holds;
         if acquired.granted < reservation.granted {
             // Another instance took room meanwhile: the database granted less.
@@ -112,6 +130,9 @@ impl Reservation {
         }
         if let Some(guard) = self.guard.as_mut() {
             guard.shrink(cost).await;
+        }
+        if let Some(leased) = self.leased.as_mut() {
+            leased.shrink(cost).await;
         }
         if !self.holds.is_empty() {
             match shared_budgets::shrink(&self.pool, &self.holds, cost).await {
@@ -155,9 +176,15 @@ impl Reservation {
         }
     }
 
-    /// The database holds, for the commit that frees them with the spend it adds.
-    pub fn holds(&self) -> Vec<SharedHold> {
-        self.holds.clone()
+    /// Gives the call's cost event what its commit settles: the database holds it
+    /// frees, what it consumes of the leases (by the event's cost) and the actors'
+    /// [ticket](Self::ticket).
+    pub fn attach(&mut self, event: &mut NewCostEvent) {
+        event.holds = self.holds.clone();
+        if let Some(leased) = self.leased.as_mut() {
+            event.leased = leased.uses(event.row.cost_microdollars);
+        }
+        event.ticket = self.ticket();
     }
 
     /// What the commit of this call's cost event settles on the actors (see
@@ -172,6 +199,9 @@ impl Reservation {
     /// nothing is left to release.
     pub fn committed(mut self) {
         self.holds.clear();
+        if let Some(leased) = self.leased.take() {
+            leased.committed();
+        }
         if let Some(guard) = self.guard.take() {
             let _ = guard.into_admissions();
         }
@@ -219,45 +249,84 @@ fn blocked(call: &Call<'_>, err: &ApiError, entity: &EntityKey) -> crate::db::mo
     events::request_blocked(call, "budget", Some(details))
 }
 
-/// With shared budgets, holds the reservation in the database for every admitted budget
-/// that can refuse (strict and soft): the database decides. A refusal there is answered
-/// and recorded like the actors' budget denial. Without shared budgets, nothing to hold.
+/// What [`acquire_shared`] held.
+enum Shared {
+    /// Per-call holds in the database (or none, without shared budgets).
+    Holds(Acquired),
+    /// Holds on this instance's budget leases.
+    Leased(LeaseHolds),
+}
+
+/// With shared budgets, holds the reservation for every admitted budget that can refuse
+/// (strict and soft): on this instance's leases of them when leases are on, else in the
+/// database by one conditional update per budget. A refusal there is answered and
+/// recorded like the actors' budget denial. Without shared budgets, nothing to hold.
 async fn acquire_shared(
     state: &AppState,
     admissions: &[(EntityKey, Admission)],
     ask: &Ask<'_>,
     amount: i64,
-) -> Result<Acquired, ApiError> {
-    let none = Acquired { holds: Vec::new(), granted: amount };
+) -> Result<Shared, ApiError> {
+    let none = Shared::Holds(Acquired { holds: Vec::new(), granted: amount });
     if !state.config.shared_budgets {
         return Ok(none);
     }
-    let requests: Vec<HoldRequest> = admissions
+    let counted: Vec<&(EntityKey, Admission)> =
+        admissions.iter().filter(|(_, a)| a.snapshot.policy != Policy::Warn).collect();
+    if counted.is_empty() {
+        return Ok(none);
+    }
+    let keep_free = |a: &Admission| if ask.reserve.finalize { 0 } else { a.snapshot.finalization_reserve };
+    // A call allowed into a finalization reserve is arbitrated alone: a lease's room
+    // was granted with the reserve kept free.
+    let into_reserve =
+        ask.reserve.finalize && counted.iter().any(|(_, a)| a.snapshot.finalization_reserve > 0);
+    if let Some(book) = state.budgets.leases().filter(|_| !into_reserve) {
+        let requests: Vec<LeaseRequest> = counted
+            .iter()
+            .map(|(k, a)| LeaseRequest { key: k.clone(), policy: a.snapshot.policy, keep_free: keep_free(a) })
+            .collect();
+        match book.acquire(&requests, amount, ask.reserve.floor).await {
+            Ok(Some(leased)) => return Ok(Shared::Leased(leased)),
+            Ok(None) => {}
+            Err(e) => return Err(refuse(state, admissions, ask, amount, e).await),
+        }
+    }
+    let requests: Vec<HoldRequest> = counted
         .iter()
-        .filter(|(_, a)| a.snapshot.policy != Policy::Warn)
         .map(|(k, a)| HoldRequest {
             org_id: k.org_id.clone(),
             entity_type: k.entity_type.as_str().to_owned(),
             entity_id: k.entity_id.clone(),
             amount,
             policy: a.snapshot.policy,
-            keep_free: if ask.reserve.finalize { 0 } else { a.snapshot.finalization_reserve },
+            keep_free: keep_free(a),
             floor: ask.reserve.floor,
         })
         .collect();
-    if requests.is_empty() {
-        return Ok(none);
-    }
     let timeout_ms = i64::try_from(state.config.upstream_timeout.as_millis()).unwrap_or(i64::MAX);
     let expires_at = time::now_ms().saturating_add(timeout_ms).saturating_add(SHARED_HOLD_MARGIN_MS);
-    let (entity_type, entity_id, limit, spend, reserved) =
-        match shared_budgets::acquire(&state.pool, &state.instance_id, &requests, expires_at).await {
-            Ok(holds) => return Ok(holds),
-            Err(AcquireError::Denied { entity_type, entity_id, limit, spend, reserved }) => {
-                (entity_type, entity_id, limit, spend, reserved)
-            }
-            Err(AcquireError::Db(e)) => return Err(ApiError::unavailable(e.to_string())),
-        };
+    match shared_budgets::acquire(&state.pool, &state.instance_id, &requests, expires_at).await {
+        Ok(holds) => Ok(Shared::Holds(holds)),
+        Err(e) => Err(refuse(state, admissions, ask, amount, e).await),
+    }
+}
+
+/// The database refused (a budget has no room) or failed: the answer, with a denial
+/// recorded like the actors' budget denial.
+async fn refuse(
+    state: &AppState,
+    admissions: &[(EntityKey, Admission)],
+    ask: &Ask<'_>,
+    amount: i64,
+    error: AcquireError,
+) -> ApiError {
+    let (entity_type, entity_id, limit, spend, reserved) = match error {
+        AcquireError::Denied { entity_type, entity_id, limit, spend, reserved } => {
+            (entity_type, entity_id, limit, spend, reserved)
+        }
+        AcquireError::Db(e) => return ApiError::unavailable(e.to_string()),
+    };
     let entity_type: EntityType = entity_type.parse().unwrap_or(EntityType::ApiKey);
     let Some(snapshot) = admissions
         .iter()
@@ -270,7 +339,7 @@ async fn acquire_shared(
             ..a.snapshot
         })
     else {
-        return Err(ApiError::unavailable("shared budget refused an unknown entity"));
+        return ApiError::unavailable("shared budget refused an unknown entity");
     };
     let entity = EntityKey::new(ask.call.org_id.to_owned(), entity_type, entity_id);
     let shown = match ask.reserve.floor {
@@ -283,5 +352,5 @@ async fn acquire_shared(
         blocked(&ask.call, &err, &entity),
     ];
     denial::record(state, &ask.refused, rows).await;
-    Err(with_budget_headers(err, &[(entity, snapshot)]))
+    with_budget_headers(err, &[(entity, snapshot)])
 }

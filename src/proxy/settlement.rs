@@ -135,7 +135,8 @@ impl Settlement {
         if let Some(room_freed) = self.room_freed.take() {
             let _ = room_freed.send(true);
         }
-        let event = self.event(&seen, &charge);
+        let mut event = self.event(&seen, &charge);
+        self.reservation.attach(&mut event);
         let request_id = a.headers.request_id.clone();
         let recorded = self.recorded.take();
         let reservation = self.reservation;
@@ -225,8 +226,6 @@ impl Settlement {
         });
         row.tool_definition_tokens = tool_definition_tokens(&a.body);
         event.body = self.record_bodies.then(|| body_record(&event.row, &a.body, seen, now));
-        event.holds = self.reservation.holds();
-        event.ticket = self.reservation.ticket();
         event
     }
 }

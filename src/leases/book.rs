@@ -1,0 +1,495 @@
+//! The leases of this instance, and the calls' way to take room from them.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use actors::budget::Policy;
+use actors::store::EntityKey;
+use dashmap::DashMap;
+use prometheus::{IntCounterVec, IntGaugeVec};
+
+use super::holds::{LeaseHold, LeaseHolds};
+use crate::db::budget_leases::{self, LeaseAsk, LeaseGrant};
+use crate::db::shared_budgets::AcquireError;
+use crate::db::Pool;
+use crate::util::time;
+
+/// A slice holds at least this many calls of the size in hand.
+const CALLS_PER_SLICE: i64 = 16;
+/// The window the recent consumption is measured over (a slice lasts about that long).
+const WINDOW_MS: i64 = 1_000;
+/// How long a refused call waits at most for other instances to return their unused
+/// room (they read the request from the change feed, polled every 500 ms), and how
+/// often it looks meanwhile.
+const ASK_BACK_PATIENCE: Duration = Duration::from_secs(3);
+const ASK_BACK_POLL: Duration = Duration::from_millis(200);
+/// Times the slow path grows the leases for one call before giving up (another call of
+/// this instance may take the new room first).
+const GROW_ROUNDS: usize = 8;
+
+/// One budget a call counts against.
+#[derive(Debug, Clone)]
+pub struct LeaseRequest {
+    pub key: EntityKey,
+    pub policy: Policy,
+    /// Finalization reserve to keep free.
+    pub keep_free: i64,
+}
+
+/// This instance's lease on one budget.
+pub(super) struct Lease {
+    pub(super) key: EntityKey,
+    state: Mutex<LeaseState>,
+    /// One growth at a time per lease: the calls that find it short wait for it.
+    grow: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct LeaseState {
+    /// The lease row, once one was granted.
+    pub(super) row: Option<String>,
+    /// Bumped whenever the row is replaced or forgotten: a hold of an older generation
+    /// no longer counts here.
+    pub(super) generation: u64,
+    /// What the row holds once the commits of settled calls are in.
+    pub(super) total: i64,
+    /// Held by calls in flight.
+    pub(super) in_flight: i64,
+    pub(super) tight: bool,
+    pub(super) last_used: i64,
+    window_start: i64,
+    taken_now: i64,
+    taken_before: i64,
+}
+
+impl LeaseState {
+    pub(super) fn free(&self) -> i64 {
+        self.total.saturating_sub(self.in_flight).max(0)
+    }
+
+    fn note_taken(&mut self, amount: i64, now: i64) {
+        if now - self.window_start >= WINDOW_MS {
+            self.taken_before = if now - self.window_start >= 2 * WINDOW_MS { 0 } else { self.taken_now };
+            self.taken_now = 0;
+            self.window_start = now;
+        }
+        self.taken_now = self.taken_now.saturating_add(amount);
+        self.last_used = now;
+    }
+
+    /// The slice to ask for: what the last window's calls took, and at least
+    /// [`CALLS_PER_SLICE`] calls like this one.
+    fn target(&self, amount: i64) -> i64 {
+        amount.saturating_mul(CALLS_PER_SLICE).max(self.taken_now.saturating_add(self.taken_before))
+    }
+
+    /// The row is gone (or unknown): nothing of it counts any more.
+    pub(super) fn forget(&mut self) {
+        self.row = None;
+        self.generation += 1;
+        self.total = 0;
+        self.in_flight = 0;
+        self.tight = false;
+    }
+}
+
+impl Lease {
+    pub(super) fn state(&self) -> MutexGuard<'_, LeaseState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The leases of this instance (one per budget entity it served), with the metrics
+/// operators see them by.
+pub struct LeaseBook {
+    pub(super) pool: Pool,
+    instance_id: String,
+    leases: DashMap<EntityKey, Arc<Lease>>,
+    /// Leases admit only until then (ms): the last heartbeat plus half the lapse after
+    /// which other instances reap this one's leases.
+    live_until: AtomicI64,
+    idle_ms: i64,
+    /// `budget_lease_microdollars{org_id, entity_type, entity_id}`: room held per budget.
+    held: IntGaugeVec,
+    /// `budget_lease_operations_total{operation}`: grown, refused, returned, reaped.
+    operations: IntCounterVec,
+}
+
+impl LeaseBook {
+    pub fn new(
+        pool: Pool,
+        instance_id: String,
+        idle: Duration,
+        metrics: &crate::metrics::Metrics,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            pool,
+            instance_id,
+            leases: DashMap::new(),
+            live_until: AtomicI64::new(0),
+            idle_ms: i64::try_from(idle.as_millis()).unwrap_or(i64::MAX),
+            held: metrics.lease_held.clone(),
+            operations: metrics.lease_operations.clone(),
+        })
+    }
+
+    /// This process's heartbeat was written at `at`.
+    pub fn beat(&self, at: i64) {
+        let until = at + crate::instances::STALE_AFTER_MS / 2;
+        let before = self.live_until.swap(until, Ordering::AcqRel);
+        if before != 0 && before < at {
+            // The heartbeat lapsed meanwhile: other instances may have reaped this
+            // one's leases. Nothing held before counts.
+            tracing::warn!("heartbeat lapsed; budget leases forgotten");
+            for lease in &self.leases {
+                lease.state().forget();
+            }
+        }
+    }
+
+    fn live(&self, now: i64) -> bool {
+        now < self.live_until.load(Ordering::Acquire)
+    }
+
+    fn lease(&self, key: &EntityKey) -> Arc<Lease> {
+        if let Some(lease) = self.leases.get(key) {
+            return lease.clone();
+        }
+        self.leases
+            .entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(Lease {
+                    key: key.clone(),
+                    state: Mutex::default(),
+                    grow: tokio::sync::Mutex::new(()),
+                })
+            })
+            .clone()
+    }
+
+    /// Takes `amount` for a call from the lease of every budget in `requests`, growing
+    /// them as needed; with `floor`, an `exactCeiling` budget may grant less (down to
+    /// it). `Ok(None)`: leases cannot be used now (the heartbeat is late): the caller
+    /// arbitrates the call alone.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        requests: &[LeaseRequest],
+        amount: i64,
+        floor: Option<i64>,
+    ) -> Result<Option<LeaseHolds>, AcquireError> {
+        let now = time::now_ms();
+        if !self.live(now) {
+            return Ok(None);
+        }
+        let mut requests: Vec<&LeaseRequest> = requests.iter().collect();
+        requests.sort_by(|a, b| entity_order(&a.key).cmp(&entity_order(&b.key)));
+        let mut leases: Vec<(Arc<Lease>, &LeaseRequest)> =
+            requests.iter().map(|r| (self.lease(&r.key), *r)).collect();
+        // A tight lease is taken from under its growth lock only, so that the room a
+        // growth brings goes to the call that asked for it.
+        if !leases.iter().any(|(l, _)| l.state().tight) {
+            if let Some(holds) = self.take(&leases, amount, amount, now) {
+                return Ok(Some(holds));
+            }
+        }
+        let (started, mut asked_back) = (std::time::Instant::now(), false);
+        loop {
+            match self.grow_and_take(&mut leases, amount, floor).await {
+                Ok(holds) => return Ok(Some(holds)),
+                Err(AcquireError::Denied { entity_type, entity_id, limit, spend, reserved }) => {
+                    // Refused while other instances may hold free room: they are asked
+                    // to return it, and the call waits a moment for it.
+                    let entity = (requests[0].key.org_id.as_str(), entity_type.as_str(), entity_id.as_str());
+                    let others = budget_leases::held_by_others(&self.pool, &self.instance_id, entity).await;
+                    if started.elapsed() >= ASK_BACK_PATIENCE || !others.is_ok_and(|held| held > 0) {
+                        self.operations.with_label_values(&["refused"]).inc();
+                        return Err(AcquireError::Denied { entity_type, entity_id, limit, spend, reserved });
+                    }
+                    if !asked_back {
+                        asked_back = true;
+                        budget_leases::ask_back(&self.pool, entity).await.map_err(AcquireError::Db)?;
+                    }
+                    tokio::time::sleep(ASK_BACK_POLL).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The slow path: under each short lease's growth lock (taken in entity order), the
+    /// leases still short grow in one transaction, then the call takes its hold.
+    async fn grow_and_take(
+        self: &Arc<Self>,
+        leases: &mut Vec<(Arc<Lease>, &LeaseRequest)>,
+        amount: i64,
+        floor: Option<i64>,
+    ) -> Result<LeaseHolds, AcquireError> {
+        for _ in 0..GROW_ROUNDS {
+            let locks: Vec<Arc<Lease>> = leases.iter().map(|(l, _)| l.clone()).collect();
+            let mut guards = Vec::with_capacity(locks.len());
+            for lease in &locks {
+                guards.push(lease.grow.lock().await);
+            }
+            let now = time::now_ms();
+            if let Some(holds) = self.take(leases, amount, amount, now) {
+                return Ok(holds);
+            }
+            let asks: Vec<(usize, LeaseAsk)> = leases
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (lease, request))| {
+                    let state = lease.state();
+                    let free = if state.row.is_some() { state.free() } else { 0 };
+                    (free < amount).then(|| {
+                        let ask = LeaseAsk {
+                            lease_id: state.row.clone(),
+                            org_id: request.key.org_id.clone(),
+                            entity_type: request.key.entity_type.as_str().to_owned(),
+                            entity_id: request.key.entity_id.clone(),
+                            policy: request.policy,
+                            keep_free: request.keep_free,
+                            needed: amount - free,
+                            floor: floor.map(|f| (f - free).max(1)),
+                            target: state.target(amount),
+                        };
+                        (i, ask)
+                    })
+                })
+                .collect();
+            let only: Vec<LeaseAsk> = asks.iter().map(|(_, a)| a.clone()).collect();
+            let grants = budget_leases::extend(&self.pool, &self.instance_id, &only).await?;
+            self.operations.with_label_values(&["grown"]).inc();
+            let mut without_budget = Vec::new();
+            for ((i, _), grant) in asks.iter().zip(grants) {
+                match grant {
+                    Some(grant) => apply(&leases[*i].0, grant),
+                    None => without_budget.push(*i),
+                }
+            }
+            for i in without_budget.into_iter().rev() {
+                leases.remove(i);
+            }
+            let least = floor.unwrap_or(amount).min(amount);
+            if let Some(holds) = self.take(leases, amount, least, time::now_ms()) {
+                return Ok(holds);
+            }
+            drop(guards);
+        }
+        Err(AcquireError::Db(crate::db::DbError::unavailable("budget leases kept running short; try again")))
+    }
+
+    /// Takes the same hold from every lease's free room, all or nothing: `amount`, or
+    /// down to `least` when some lease has less. Locks the leases in entity order.
+    fn take(
+        self: &Arc<Self>,
+        leases: &[(Arc<Lease>, &LeaseRequest)],
+        amount: i64,
+        least: i64,
+        now: i64,
+    ) -> Option<LeaseHolds> {
+        let mut states: Vec<MutexGuard<'_, LeaseState>> = leases.iter().map(|(l, _)| l.state()).collect();
+        if states.iter().any(|s| s.row.is_none()) {
+            return None;
+        }
+        let granted = states.iter().map(|s| s.free()).min().unwrap_or(amount).min(amount);
+        if granted < least.max(1) {
+            return None;
+        }
+        let mut holds = Vec::with_capacity(leases.len());
+        for ((lease, _), state) in leases.iter().zip(states.iter_mut()) {
+            state.in_flight = state.in_flight.saturating_add(granted);
+            state.note_taken(granted, now);
+            let row = state.row.clone().unwrap_or_default();
+            holds.push(LeaseHold::new(lease.clone(), row, state.generation, granted));
+        }
+        Some(LeaseHolds::new(self.clone(), holds, granted))
+    }
+
+    /// Returns a lease's free room to its budget (all of it), in the background.
+    pub(super) fn trim(self: &Arc<Self>, lease: &Arc<Lease>) {
+        let (book, lease) = (self.clone(), lease.clone());
+        spawn(async move { book.trim_now(&lease).await });
+    }
+
+    /// Returns a lease's free room to its budget (all of it) and waits until it is back.
+    pub(super) async fn trim_now(&self, lease: &Lease) {
+        let (row, free) = {
+            let mut state = lease.state();
+            let free = state.free();
+            let Some(row) = state.row.clone().filter(|_| free > 0) else { return };
+            state.total -= free;
+            (row, free)
+        };
+        self.give_back(lease, &row, free).await;
+    }
+
+    async fn give_back(&self, lease: &Lease, row: &str, amount: i64) {
+        match budget_leases::give_back(&self.pool, row, amount).await {
+            Ok(true) => self.operations.with_label_values(&["returned"]).inc(),
+            Ok(false) => {
+                let mut state = lease.state();
+                if state.row.as_deref() == Some(row) {
+                    state.forget();
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not return a lease's room; it returns at shutdown or when this process's heartbeat lapses")
+            }
+        }
+    }
+
+    /// The budget of `key` changed (limit, reset, delete, approved increase): the lease
+    /// returns its free room at once and grows again under the new figures; a lease
+    /// whose row went with its budget is forgotten.
+    pub async fn revoke(self: &Arc<Self>, key: &EntityKey) {
+        let Some(lease) = self.leases.get(key).map(|l| l.clone()) else { return };
+        let (row, free) = {
+            let mut state = lease.state();
+            let Some(row) = state.row.clone() else { return };
+            let free = state.free();
+            state.total -= free;
+            // Nothing beyond its calls until it grows again under the new figures.
+            state.tight = true;
+            (row, free)
+        };
+        if free > 0 {
+            self.give_back(&lease, &row, free).await;
+        } else if let Ok(false) = budget_leases::exists(&self.pool, &row).await {
+            let mut state = lease.state();
+            if state.row.as_deref() == Some(row.as_str()) {
+                state.forget();
+            }
+        }
+    }
+
+    /// Returns the room of leases that went quiet, and of tight ones, and refreshes the
+    /// metrics. Runs every quarter of the idle time.
+    fn maintain(self: &Arc<Self>) {
+        let now = time::now_ms();
+        for entry in &self.leases {
+            let lease = entry.value();
+            let (free, tight, last_used) = {
+                let s = lease.state();
+                (s.free(), s.tight, s.last_used)
+            };
+            if free > 0 && (tight || now - last_used >= self.idle_ms) {
+                self.trim(lease);
+            }
+            let k = &lease.key;
+            self.held
+                .with_label_values(&[k.org_id.as_str(), k.entity_type.as_str(), k.entity_id.as_str()])
+                .set(lease.state().total);
+        }
+    }
+
+    /// Starts the maintenance and the reaper of dead instances' leases.
+    pub fn start(self: &Arc<Self>) {
+        let book = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(
+                u64::try_from(book.idle_ms / 4).unwrap_or(250).max(50),
+            ));
+            loop {
+                tick.tick().await;
+                book.maintain();
+            }
+        });
+        let book = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REAP_EVERY);
+            loop {
+                tick.tick().await;
+                match budget_leases::reap_gone(&book.pool, &book.instance_id, time::now_ms()).await {
+                    Ok((0, _)) => {}
+                    Ok((leases, amount)) => {
+                        book.operations
+                            .with_label_values(&["reaped"])
+                            .inc_by(u64::try_from(leases).unwrap_or(0));
+                        tracing::info!(leases, amount, "freed the budget leases of instances that died");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "reaping budget leases failed; retrying next round"),
+                }
+            }
+        });
+    }
+
+    /// At shutdown, once no call of this process is left to commit: every lease row goes
+    /// and its room returns to its budget.
+    pub async fn shutdown(&self) {
+        for lease in &self.leases {
+            lease.state().forget();
+        }
+        match budget_leases::drop_all(&self.pool, &self.instance_id).await {
+            Ok(amount) => tracing::info!(amount, "budget leases returned"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not return the budget leases; other instances reap them")
+            }
+        }
+    }
+}
+
+/// How often each instance looks for leases of dead instances.
+const REAP_EVERY: Duration = Duration::from_secs(2);
+
+fn entity_order(key: &EntityKey) -> (&str, &str, &str) {
+    (key.org_id.as_str(), key.entity_type.as_str(), key.entity_id.as_str())
+}
+
+/// A growth of the lease's row is in: its room counts now (a new row replaces one the
+/// database no longer had).
+fn apply(lease: &Lease, grant: LeaseGrant) {
+    let mut state = lease.state();
+    if state.row.as_deref() != Some(grant.lease_id.as_str()) {
+        state.forget();
+        state.row = Some(grant.lease_id);
+    }
+    state.total = state.total.saturating_add(grant.slice.amount);
+    state.tight = grant.slice.tight;
+}
+
+pub(super) fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn(task);
+        }
+        Err(_) => tracing::warn!("no runtime to return a lease's room on; it returns at shutdown"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slice_is_a_second_of_consumption_and_at_least_sixteen_calls() {
+        let mut state = LeaseState::default();
+        assert_eq!(state.target(100), 1_600);
+        for i in 0..50 {
+            state.note_taken(100, 10_000 + i * 10);
+        }
+        // 5,000 taken in the current window.
+        assert_eq!(state.target(100), 5_000);
+        // The next window keeps the last one's figure until it is over.
+        state.note_taken(100, 11_000);
+        assert_eq!(state.target(100), 5_100);
+        // A quiet spell of two windows forgets both.
+        state.note_taken(100, 14_000);
+        assert_eq!(state.target(100), 1_600);
+    }
+
+    #[test]
+    fn forgetting_drops_what_the_row_held_and_bumps_the_generation() {
+        let mut state = LeaseState {
+            row: Some("l1".to_owned()),
+            total: 500,
+            in_flight: 200,
+            tight: true,
+            ..LeaseState::default()
+        };
+        assert_eq!(state.free(), 300);
+        state.forget();
+        assert_eq!((state.row.as_deref(), state.total, state.in_flight, state.generation), (None, 0, 0, 1));
+        assert!(!state.tight);
+    }
+}
