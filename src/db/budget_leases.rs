@@ -25,7 +25,7 @@
 use actors::budget::Policy;
 use diesel::{ExpressionMethods, JoinOnDsl, OptionalExtension, QueryDsl};
 
-use crate::db::schema::{budget_changes, budget_leases, budgets};
+use crate::db::schema::{budget_changes, budget_leases, budgets, instances};
 use crate::db::shared_budgets::{free_reserved, AcquireError};
 use crate::db::{DbError, DbResult, Pool};
 use crate::util::{ids, time};
@@ -436,31 +436,26 @@ async fn leases_of(pool: &Pool, instance_id: &str) -> DbResult<Vec<String>> {
     })
 }
 
-/// Frees the leases of every other instance whose heartbeat lapsed
-/// ([`crate::instances::STALE_AFTER_MS`]): what a process that died held returns to its
-/// budgets. Returns (leases, microdollars) freed.
-pub async fn reap_gone(pool: &Pool, instance_id: &str, now: i64) -> DbResult<(usize, i64)> {
-    let owners: Vec<String> = with_conn!(pool, read, |conn| {
+/// Frees the leases of every other instance that has not beaten since `fresh_since`
+/// (its heartbeat lapsed, or its row is gone): what a process that died held returns
+/// to its budgets. Returns (leases, microdollars) freed.
+pub async fn reap_gone(pool: &Pool, instance_id: &str, fresh_since: i64) -> DbResult<(usize, i64)> {
+    let gone: Vec<String> = with_conn!(pool, read, |conn| {
         use diesel_async::RunQueryDsl;
+        let alive = instances::table.filter(instances::last_seen.ge(fresh_since)).select(instances::id);
         budget_leases::table
             .filter(budget_leases::instance_id.ne(instance_id))
-            .select(budget_leases::instance_id)
-            .distinct()
+            .filter(budget_leases::instance_id.ne_all(alive))
+            .select(budget_leases::id)
             .load(conn)
             .await
             .map_err(DbError::from)
     })?;
-    let (mut leases, mut amount) = (0, 0_i64);
-    for owner in owners {
-        if crate::instances::is_alive(pool, &owner, now).await? {
-            continue;
-        }
-        for lease_id in leases_of(pool, &owner).await? {
-            amount = amount.saturating_add(drop_lease(pool, &lease_id).await?);
-            leases += 1;
-        }
+    let mut amount = 0_i64;
+    for lease_id in &gone {
+        amount = amount.saturating_add(drop_lease(pool, lease_id).await?);
     }
-    Ok((leases, amount))
+    Ok((gone.len(), amount))
 }
 
 /// Deletes every lease row of this instance, returning what they held (at shutdown,

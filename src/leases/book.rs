@@ -1,7 +1,7 @@
 //! The leases of this instance, and the calls' way to take room from them.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use actors::budget::Policy;
@@ -10,15 +10,12 @@ use dashmap::DashMap;
 use prometheus::{IntCounterVec, IntGaugeVec};
 
 use super::holds::{LeaseHold, LeaseHolds};
+use super::lease::{Lease, LeaseState, Returns};
 use crate::db::budget_leases::{self, LeaseAsk, LeaseGrant};
 use crate::db::shared_budgets::AcquireError;
 use crate::db::Pool;
 use crate::util::time;
 
-/// A slice holds at least this many calls of the size in hand.
-const CALLS_PER_SLICE: i64 = 16;
-/// The window the recent consumption is measured over (a slice lasts about that long).
-const WINDOW_MS: i64 = 1_000;
 /// How long a refused call waits at most for other instances to return their unused
 /// room (they read the request from the change feed, polled every 500 ms), and how
 /// often it looks meanwhile.
@@ -37,73 +34,10 @@ pub struct LeaseRequest {
     pub keep_free: i64,
 }
 
-/// This instance's lease on one budget.
-pub(super) struct Lease {
-    pub(super) key: EntityKey,
-    state: Mutex<LeaseState>,
-    /// One growth at a time per lease: the calls that find it short wait for it.
-    grow: tokio::sync::Mutex<()>,
-}
-
-#[derive(Debug, Default)]
-pub(super) struct LeaseState {
-    /// The lease row, once one was granted.
-    pub(super) row: Option<String>,
-    /// Bumped whenever the row is replaced or forgotten: a hold of an older generation
-    /// no longer counts here.
-    pub(super) generation: u64,
-    /// What the row holds once the commits of settled calls are in.
-    pub(super) total: i64,
-    /// Held by calls in flight.
-    pub(super) in_flight: i64,
-    pub(super) tight: bool,
-    pub(super) last_used: i64,
-    window_start: i64,
-    taken_now: i64,
-    taken_before: i64,
-}
-
-impl LeaseState {
-    pub(super) fn free(&self) -> i64 {
-        self.total.saturating_sub(self.in_flight).max(0)
-    }
-
-    fn note_taken(&mut self, amount: i64, now: i64) {
-        if now - self.window_start >= WINDOW_MS {
-            self.taken_before = if now - self.window_start >= 2 * WINDOW_MS { 0 } else { self.taken_now };
-            self.taken_now = 0;
-            self.window_start = now;
-        }
-        self.taken_now = self.taken_now.saturating_add(amount);
-        self.last_used = now;
-    }
-
-    /// The slice to ask for: what the last window's calls took, and at least
-    /// [`CALLS_PER_SLICE`] calls like this one.
-    fn target(&self, amount: i64) -> i64 {
-        amount.saturating_mul(CALLS_PER_SLICE).max(self.taken_now.saturating_add(self.taken_before))
-    }
-
-    /// The row is gone (or unknown): nothing of it counts any more.
-    pub(super) fn forget(&mut self) {
-        self.row = None;
-        self.generation += 1;
-        self.total = 0;
-        self.in_flight = 0;
-        self.tight = false;
-    }
-}
-
-impl Lease {
-    pub(super) fn state(&self) -> MutexGuard<'_, LeaseState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 /// The leases of this instance (one per budget entity it served), with the metrics
 /// operators see them by.
 pub struct LeaseBook {
-    pub(super) pool: Pool,
+    pool: Pool,
     instance_id: String,
     leases: DashMap<EntityKey, Arc<Lease>>,
     /// Leases admit only until then (ms): the last heartbeat plus half the lapse after
@@ -114,6 +48,7 @@ pub struct LeaseBook {
     held: IntGaugeVec,
     /// `budget_lease_operations_total{operation}`: grown, refused, returned, reaped.
     operations: IntCounterVec,
+    returns: Arc<Returns>,
 }
 
 impl LeaseBook {
@@ -124,13 +59,14 @@ impl LeaseBook {
         metrics: &crate::metrics::Metrics,
     ) -> Arc<Self> {
         Arc::new(Self {
-            pool,
             instance_id,
             leases: DashMap::new(),
             live_until: AtomicI64::new(0),
             idle_ms: i64::try_from(idle.as_millis()).unwrap_or(i64::MAX),
             held: metrics.lease_held.clone(),
             operations: metrics.lease_operations.clone(),
+            returns: Arc::new(Returns { pool: pool.clone(), operations: metrics.lease_operations.clone() }),
+            pool,
         })
     }
 
@@ -303,40 +239,7 @@ impl LeaseBook {
             let row = state.row.clone().unwrap_or_default();
             holds.push(LeaseHold::new(lease.clone(), row, state.generation, granted));
         }
-        Some(LeaseHolds::new(self.clone(), holds, granted))
-    }
-
-    /// Returns a lease's free room to its budget (all of it), in the background.
-    pub(super) fn trim(self: &Arc<Self>, lease: &Arc<Lease>) {
-        let (book, lease) = (self.clone(), lease.clone());
-        spawn(async move { book.trim_now(&lease).await });
-    }
-
-    /// Returns a lease's free room to its budget (all of it) and waits until it is back.
-    pub(super) async fn trim_now(&self, lease: &Lease) {
-        let (row, free) = {
-            let mut state = lease.state();
-            let free = state.free();
-            let Some(row) = state.row.clone().filter(|_| free > 0) else { return };
-            state.total -= free;
-            (row, free)
-        };
-        self.give_back(lease, &row, free).await;
-    }
-
-    async fn give_back(&self, lease: &Lease, row: &str, amount: i64) {
-        match budget_leases::give_back(&self.pool, row, amount).await {
-            Ok(true) => self.operations.with_label_values(&["returned"]).inc(),
-            Ok(false) => {
-                let mut state = lease.state();
-                if state.row.as_deref() == Some(row) {
-                    state.forget();
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "could not return a lease's room; it returns at shutdown or when this process's heartbeat lapses")
-            }
-        }
+        Some(LeaseHolds::new(self.returns.clone(), holds, granted))
     }
 
     /// The budget of `key` changed (limit, reset, delete, approved increase): the lease
@@ -354,7 +257,7 @@ impl LeaseBook {
             (row, free)
         };
         if free > 0 {
-            self.give_back(&lease, &row, free).await;
+            self.returns.give_back(&lease, &row, free).await;
         } else if let Ok(false) = budget_leases::exists(&self.pool, &row).await {
             let mut state = lease.state();
             if state.row.as_deref() == Some(row.as_str()) {
@@ -374,7 +277,7 @@ impl LeaseBook {
                 (s.free(), s.tight, s.last_used)
             };
             if free > 0 && (tight || now - last_used >= self.idle_ms) {
-                self.trim(lease);
+                self.returns.trim(lease);
             }
             let k = &lease.key;
             self.held
@@ -400,7 +303,8 @@ impl LeaseBook {
             let mut tick = tokio::time::interval(REAP_EVERY);
             loop {
                 tick.tick().await;
-                match budget_leases::reap_gone(&book.pool, &book.instance_id, time::now_ms()).await {
+                let fresh_since = time::now_ms() - crate::instances::STALE_AFTER_MS;
+                match budget_leases::reap_gone(&book.pool, &book.instance_id, fresh_since).await {
                     Ok((0, _)) => {}
                     Ok((leases, amount)) => {
                         book.operations
@@ -446,50 +350,4 @@ fn apply(lease: &Lease, grant: LeaseGrant) {
     }
     state.total = state.total.saturating_add(grant.slice.amount);
     state.tight = grant.slice.tight;
-}
-
-pub(super) fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => {
-            rt.spawn(task);
-        }
-        Err(_) => tracing::warn!("no runtime to return a lease's room on; it returns at shutdown"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slice_is_a_second_of_consumption_and_at_least_sixteen_calls() {
-        let mut state = LeaseState::default();
-        assert_eq!(state.target(100), 1_600);
-        for i in 0..50 {
-            state.note_taken(100, 10_000 + i * 10);
-        }
-        // 5,000 taken in the current window.
-        assert_eq!(state.target(100), 5_000);
-        // The next window keeps the last one's figure until it is over.
-        state.note_taken(100, 11_000);
-        assert_eq!(state.target(100), 5_100);
-        // A quiet spell of two windows forgets both.
-        state.note_taken(100, 14_000);
-        assert_eq!(state.target(100), 1_600);
-    }
-
-    #[test]
-    fn forgetting_drops_what_the_row_held_and_bumps_the_generation() {
-        let mut state = LeaseState {
-            row: Some("l1".to_owned()),
-            total: 500,
-            in_flight: 200,
-            tight: true,
-            ..LeaseState::default()
-        };
-        assert_eq!(state.free(), 300);
-        state.forget();
-        assert_eq!((state.row.as_deref(), state.total, state.in_flight, state.generation), (None, 0, 0, 1));
-        assert!(!state.tight);
-    }
 }

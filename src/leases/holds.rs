@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::book::{Lease, LeaseBook};
+use super::lease::{Lease, Returns};
 use crate::db::budget_leases::LeaseUse;
 
 /// The call's hold on one lease.
@@ -27,14 +27,14 @@ impl LeaseHold {
 /// call again (returned to the budget at once when the lease is tight).
 #[must_use = "dropping the holds releases them"]
 pub struct LeaseHolds {
-    book: Arc<LeaseBook>,
+    returns: Arc<Returns>,
     holds: Vec<LeaseHold>,
     granted: i64,
 }
 
 impl LeaseHolds {
-    pub(super) fn new(book: Arc<LeaseBook>, holds: Vec<LeaseHold>, granted: i64) -> Self {
-        Self { book, holds, granted }
+    pub(super) fn new(returns: Arc<Returns>, holds: Vec<LeaseHold>, granted: i64) -> Self {
+        Self { returns, holds, granted }
     }
 
     /// What every budget holds for the call.
@@ -64,7 +64,7 @@ impl LeaseHolds {
             }
         }
         for lease in tight {
-            self.book.trim_now(&lease).await;
+            self.returns.trim_now(&lease).await;
         }
         self.granted = self.granted.min(cost);
     }
@@ -102,7 +102,7 @@ impl LeaseHolds {
             state.tight && state.free() > 0
         };
         if trim {
-            self.book.trim(&hold.lease);
+            self.returns.trim(&hold.lease);
         }
     }
 }

@@ -22,6 +22,7 @@
 
 mod book;
 mod holds;
+mod lease;
 
 pub use book::{LeaseBook, LeaseRequest};
 pub use holds::LeaseHolds;
