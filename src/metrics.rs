@@ -1,7 +1,7 @@
 //! Operational metrics, kept in one Prometheus registry and exported at
 //! `/health/metrics` as Prometheus text or as JSON.
 
-use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 pub mod budget;
 
@@ -35,6 +35,8 @@ pub struct Metrics {
     pub webhook_attempts: IntCounterVec,
     /// Enabled webhook endpoints whose last attempt failed (see `failingSince`).
     pub webhook_endpoints_failing: IntGauge,
+    /// OpenTelemetry spans exported, and dropped (`queue_full`, `export_failed`).
+    pub otel_spans: crate::telemetry::SpanCounters,
 }
 
 impl Metrics {
@@ -107,7 +109,21 @@ impl Metrics {
         )
         .expect("valid gauge");
         registry.register(Box::new(webhook_endpoints_failing.clone())).expect("unique gauge");
+        let otel_exported =
+            IntCounter::new("otel_exported_spans_total", "OpenTelemetry spans the collector accepted")
+                .expect("valid counter");
+        registry.register(Box::new(otel_exported.clone())).expect("unique counter");
+        let otel_dropped = IntCounterVec::new(
+            Opts::new(
+                "otel_dropped_spans_total",
+                "OpenTelemetry spans dropped: queue_full (the export queue was full), export_failed (the collector did not take them)",
+            ),
+            &["reason"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(otel_dropped.clone())).expect("unique counter");
         Metrics {
+            otel_spans: crate::telemetry::SpanCounters { exported: otel_exported, dropped: otel_dropped },
             budget,
             registry,
             webhook_attempts,
