@@ -91,13 +91,16 @@ async fn handle(
     route: Route,
     path_model: Option<String>,
 ) -> HttpResponse {
+    let started = Instant::now();
+    let trace = state.telemetry.as_ref().and_then(|_| traced::start(&req, route, started));
     let mut common = Common {
-        started: Instant::now(),
+        started,
         timing: Timing::default(),
         request_id: None,
         session: None,
         version: crate::API_VERSION.to_owned(),
         rate_limit: None,
+        trace,
     };
     let result = proxy(&req, body, &state, route, path_model, &mut common).await;
     let mut res = match result {
@@ -107,6 +110,9 @@ async fn handle(
             if e.code.status() == StatusCode::TOO_MANY_REQUESTS || e.headers.iter().any(|(n, _)| n == DENIED)
             {
                 state.metrics.proxy_requests.with_label_values(&[route.provider().as_str(), "denied"]).inc();
+            }
+            if let (Some(telemetry), Some(trace)) = (&state.telemetry, common.trace.take()) {
+                traced::refused(telemetry, *trace, &e);
             }
             e.error_response()
         }
@@ -124,10 +130,17 @@ async fn proxy(
     common: &mut Common,
 ) -> Result<HttpResponse, ApiError> {
     let mut admitted = admission::admit(req, payload, state, route, path_model, common).await?;
+    if let Some(trace) = common.trace.as_mut() {
+        trace.admitted = Some(traced::admitted(&admitted));
+    }
     let plan = clamp::plan(state, &admitted);
 
     let budget_started = Instant::now();
-    let reservation = reserve(state, &admitted, &plan).await?;
+    let reserved = reserve(state, &admitted, &plan).await;
+    if let Some(trace) = common.trace.as_mut() {
+        trace.reservation = Some((budget_started, Instant::now()));
+    }
+    let reservation = reserved?;
     // An `exactCeiling` budget may have granted less than the estimate: the call is
     // clamped to it, and what it holds is its estimate from here on.
     let clamped = match clamp::apply(&mut admitted, &reservation, &plan) {
@@ -144,6 +157,11 @@ async fn proxy(
     let estimate = reservation.granted();
     let snapshots = reservation.snapshots();
     common.timing.budget = Some(budget_started.elapsed());
+    if let Some(trace) = common.trace.as_mut() {
+        trace.tightest = super::denial::tightest(&snapshots)
+            .map(|(entity, _)| format!("{}:{}", entity.entity_type.as_str(), entity.entity_id));
+        trace.upstream_started = Some(Instant::now());
+    }
 
     // An error here drops the reservation, which releases every hold. A client that
     // goes away first aborts the provider call (its request is dropped) and is charged
@@ -153,7 +171,8 @@ async fn proxy(
         () = super::peer::gone(req) => None,
     };
     let Some(Forwarded { response, strip_usage, upstream_time }) = sent else {
-        return Err(client_gone(state, reservation, admitted, estimate, common));
+        let trace = common.trace.take();
+        return Err(client_gone(state, reservation, admitted, estimate, common, trace));
     };
     common.timing.upstream = upstream_time;
 
@@ -165,12 +184,17 @@ async fn proxy(
     if !status.is_success() {
         // Upstream errors pass through as they are; nothing was spent.
         state.metrics.proxy_requests.with_label_values(&[admitted.provider.as_str(), "upstream_error"]).inc();
+        if let (Some(telemetry), Some(trace)) = (&state.telemetry, common.trace.take()) {
+            traced::upstream_error(telemetry, &trace, reservation.budget_status(), status);
+        }
         reservation.release().await;
         return Ok(builder.streaming(response));
     }
     let sse = is_event_stream(&response);
     let length = passed_length(&response, sse);
     let record_bodies = admitted.key.plan.is_paid();
+    // Content capture (opt-in) needs the answer's bytes whatever the plan.
+    let keep_answer = record_bodies || state.telemetry.as_ref().is_some_and(|t| t.capture_content);
     let format = admitted.route.format();
     let EndWaits { recorded, room_freed, durable } =
         end_waits(state.config.durable_answers, reservation.exact_ceiling());
@@ -184,17 +208,11 @@ async fn proxy(
         record_bodies,
         recorded,
         room_freed,
+        trace: common.trace.take(),
     };
     let finish = Box::new(move |seen: Seen| settlement.spawn(seen));
-    let metered = Metered::new(
-        response,
-        format,
-        sse,
-        strip_usage,
-        record_bodies,
-        state.config.upstream_timeout,
-        finish,
-    );
+    let metered =
+        Metered::new(response, format, sse, strip_usage, keep_answer, state.config.upstream_timeout, finish);
     Ok(match (length, durable) {
         (Some(length), None) => builder.body(SizedStream::new(length, metered)),
         (None, None) => builder.streaming(metered),
@@ -252,6 +270,7 @@ fn client_gone(
     admitted: Admitted,
     estimate: i64,
     common: &Common,
+    trace: Option<Box<crate::telemetry::CallTrace>>,
 ) -> ApiError {
     let settlement = Settlement {
         state: state.clone(),
@@ -263,6 +282,7 @@ fn client_gone(
         record_bodies: false,
         recorded: None,
         room_freed: None,
+        trace,
     };
     settlement.spawn(Seen::cancelled());
     ApiError::new(ErrorCode::UpstreamError, "The client went away before the provider answered")
@@ -350,4 +370,115 @@ fn server_timing(t: &Timing, overhead: Duration, total: Duration) -> String {
     parts.push(format!("upstream;dur={:.3}", ms(t.upstream)));
     parts.push(format!("total;dur={:.3}", ms(total)));
     parts.join(", ")
+}
+
+/// The OpenTelemetry side of a proxied call (only when export is on): what its span
+/// is named and attributed with, and the spans of calls that end before a settlement.
+mod traced {
+    use std::borrow::Cow;
+    use std::time::Instant;
+
+    use actix_web::http::StatusCode;
+    use actix_web::HttpRequest;
+
+    use super::super::admission::Admitted;
+    use super::super::denial::DENIED;
+    use super::super::upstream::Route;
+    use crate::error::ApiError;
+    use crate::pricing::Provider;
+    use crate::telemetry::spans::{self, CallTrace, Outcome, Parent};
+    use crate::telemetry::Telemetry;
+
+    /// `gen_ai.operation.name` of a route.
+    pub(super) fn operation(route: Route) -> &'static str {
+        match route {
+            Route::ChatCompletions | Route::Responses | Route::Messages => "chat",
+            Route::GenerateContent | Route::StreamGenerateContent => "generate_content",
+            Route::Embeddings => "embeddings",
+        }
+    }
+
+    /// `gen_ai.provider.name` of a route's wire format.
+    pub(super) fn provider(route: Route) -> &'static str {
+        match route.provider() {
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
+            Provider::Google => "gcp.gemini",
+        }
+    }
+
+    pub(super) fn start(req: &HttpRequest, route: Route, started: Instant) -> Option<Box<CallTrace>> {
+        let resolved = super::super::trace::trace_of(req);
+        let parent = Parent::of(&resolved.trace_id, resolved.traceparent.as_deref())?;
+        Some(Box::new(CallTrace::new(parent, started, operation(route), provider(route))))
+    }
+
+    pub(super) fn admitted(a: &Admitted) -> spans::Admitted {
+        spans::Admitted {
+            model: a.model.clone(),
+            upstream: a.event_provider().to_owned(),
+            max_tokens: a.summary.max_output_tokens,
+            stream: a.summary.stream || a.route == Route::StreamGenerateContent,
+            api_key_id: a.key.key_id.clone(),
+            session: a.headers.session.clone(),
+            customer: a.customer.clone(),
+            request_id: a.headers.request_id.clone(),
+        }
+    }
+
+    /// A call refused before it reached the provider (a budget, a policy, a limit, a
+    /// bad request) or whose client went away.
+    pub(super) fn refused(telemetry: &Telemetry, mut trace: CallTrace, e: &ApiError) {
+        let code = serde_json::to_value(e.code).ok();
+        let code = code.as_ref().and_then(|v| v.as_str());
+        let denied = e.headers.iter().any(|(n, _)| n == DENIED);
+        if denied && trace.tightest.is_none() {
+            trace.tightest = e.details.as_ref().and_then(|d| {
+                Some(format!("{}:{}", d["budget_entity_type"].as_str()?, d["budget_entity_id"].as_str()?))
+            });
+        }
+        let outcome = Outcome {
+            budget_status: denied.then_some("denied"),
+            denial_code: code.filter(|_| denied),
+            cost_microdollars: denied.then_some(0),
+            error_type: code.map(Cow::Borrowed),
+            ..Outcome::default()
+        };
+        telemetry.record_call(&trace, &outcome, Instant::now());
+    }
+
+    /// The provider answered an error status: passed through, nothing charged.
+    pub(super) fn upstream_error(
+        telemetry: &Telemetry,
+        trace: &CallTrace,
+        budget_status: &str,
+        status: StatusCode,
+    ) {
+        let outcome = Outcome {
+            budget_status: Some(budget_status),
+            cost_microdollars: Some(0),
+            error_type: Some(Cow::Owned(status.as_u16().to_string())),
+            ..Outcome::default()
+        };
+        telemetry.record_call(trace, &outcome, Instant::now());
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn routes_name_their_genai_operation_and_provider() {
+            assert_eq!(
+                (operation(Route::ChatCompletions), provider(Route::ChatCompletions)),
+                ("chat", "openai")
+            );
+            assert_eq!((operation(Route::Messages), provider(Route::Messages)), ("chat", "anthropic"));
+            assert_eq!(
+                (operation(Route::StreamGenerateContent), provider(Route::StreamGenerateContent)),
+                ("generate_content", "gcp.gemini")
+            );
+            assert_eq!(operation(Route::Embeddings), "embeddings");
+        }
+    }
 }
