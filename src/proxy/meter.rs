@@ -53,6 +53,8 @@ pub struct Seen {
     pub end: End,
     pub usage: Option<Usage>,
     pub response_id: Option<String>,
+    /// The model that answered, as the provider names it.
+    pub model: Option<String>,
     pub tool_calls: Vec<ToolCall>,
     /// Tools the provider ran itself (Responses built-in tools).
     pub builtin_calls: Vec<BuiltinCall>,
@@ -70,6 +72,7 @@ impl Seen {
             end: End::Cancelled,
             usage: None,
             response_id: None,
+            model: None,
             tool_calls: Vec::new(),
             builtin_calls: Vec::new(),
             body: None,
@@ -84,6 +87,7 @@ impl Seen {
         if let Some((format, body)) = self.json.take() {
             let details = json_details(format, &body);
             (self.usage, self.response_id, self.tool_calls) = (details.usage, details.id, details.tool_calls);
+            self.model = details.model;
             self.builtin_calls = details.builtin_calls;
         }
         self
@@ -224,24 +228,25 @@ impl<S> Metered<S> {
             &mut self.mode,
             Mode::Json { format: WireFormat::OpenAiChat, buf: Vec::new(), overflow: true },
         );
-        let (usage, response_id, tool_calls, builtin_calls, json) = match mode {
+        let (usage, response_id, model, tool_calls, builtin_calls, json) = match mode {
             // Read later, by `Seen::read`, off the response path.
             Mode::Json { format, buf, overflow } => {
                 let json = (!overflow && !buf.is_empty()).then_some((format, buf));
-                (None, None, Vec::new(), Vec::new(), json)
+                (None, None, None, Vec::new(), Vec::new(), json)
             }
             Mode::Sse { usage, .. } | Mode::SseStripUsage { usage, .. } => {
                 if end == End::Completed && !usage.complete() {
                     end = End::Incomplete;
                 }
                 let id = usage.response_id().map(str::to_owned);
+                let model = usage.model().map(str::to_owned);
                 let calls = usage.tool_calls().to_vec();
                 let builtin = usage.builtin_calls().to_vec();
-                (usage.finish(), id, calls, builtin, None)
+                (usage.finish(), id, model, calls, builtin, None)
             }
         };
         let body = self.record.take();
-        finish(Seen { end, usage, response_id, tool_calls, builtin_calls, body, json });
+        finish(Seen { end, usage, response_id, model, tool_calls, builtin_calls, body, json });
     }
 }
 
@@ -270,6 +275,7 @@ fn event_end(buf: &[u8]) -> Option<usize> {
 struct Details {
     usage: Option<Usage>,
     id: Option<String>,
+    model: Option<String>,
     tool_calls: Vec<ToolCall>,
     builtin_calls: Vec<BuiltinCall>,
 }
@@ -288,24 +294,29 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
             Details {
                 usage: reader.usage(),
                 id: reader.response_id().map(str::to_owned),
+                model: reader.model().map(str::to_owned),
                 tool_calls: reader.tool_calls().to_vec(),
                 builtin_calls: reader.builtin_calls().to_vec(),
             }
         }
         WireFormat::Anthropic | WireFormat::Gemini => {
-            let (usage, id, tool_calls) = chat_details(format, body);
-            Details { usage, id, tool_calls, builtin_calls: Vec::new() }
+            let (usage, id, model, tool_calls) = chat_details(format, body);
+            Details { usage, id, model, tool_calls, builtin_calls: Vec::new() }
         }
     }
 }
 
 /// [`json_details`] of the Anthropic and Gemini formats.
-fn chat_details(format: WireFormat, body: &[u8]) -> (Option<Usage>, Option<String>, Vec<ToolCall>) {
+fn chat_details(
+    format: WireFormat,
+    body: &[u8],
+) -> (Option<Usage>, Option<String>, Option<String>, Vec<ToolCall>) {
     let gemini = format == WireFormat::Gemini;
     let usage = if gemini { usage::gemini_usage(body) } else { usage::anthropic_usage(body) };
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return (usage, None, Vec::new());
+        return (usage, None, None, Vec::new());
     };
+    let model = value[if gemini { "modelVersion" } else { "model" }].as_str().map(str::to_owned);
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
     let mut calls = Vec::new();
     if gemini {
@@ -316,14 +327,14 @@ fn chat_details(format: WireFormat, body: &[u8]) -> (Option<Usage>, Option<Strin
                 }
             }
         }
-        return (usage, value["responseId"].as_str().map(str::to_owned), calls);
+        return (usage, value["responseId"].as_str().map(str::to_owned), model, calls);
     }
     for block in value["content"].as_array().into_iter().flatten() {
         if block["type"] == "tool_use" {
             calls.push(ToolCall { id: text(&block["id"]), name: text(&block["name"]) });
         }
     }
-    (usage, value["id"].as_str().map(str::to_owned), calls)
+    (usage, value["id"].as_str().map(str::to_owned), model, calls)
 }
 
 impl<S, E> Stream for Metered<S>
@@ -474,10 +485,11 @@ mod tests {
 
     #[test]
     fn json_tool_calls_and_ids() {
-        let body = br#"{"id":"msg_1","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}],"usage":{"input_tokens":5,"output_tokens":2}}"#;
-        let (usage, id, calls) = chat_details(WireFormat::Anthropic, body);
+        let body = br#"{"id":"msg_1","model":"claude-sonnet-4-5-20250929","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}],"usage":{"input_tokens":5,"output_tokens":2}}"#;
+        let (usage, id, model, calls) = chat_details(WireFormat::Anthropic, body);
         assert_eq!(usage.unwrap().output_tokens, 2);
         assert_eq!(id.as_deref(), Some("msg_1"));
+        assert_eq!(model.as_deref(), Some("claude-sonnet-4-5-20250929"));
         assert_eq!(calls, vec![ToolCall { id: "toolu_1".into(), name: "get_weather".into() }]);
     }
 

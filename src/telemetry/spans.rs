@@ -163,6 +163,8 @@ impl CallTrace {
 #[derive(Debug, Clone, Default)]
 pub struct Outcome<'a> {
     pub response_id: Option<&'a str>,
+    /// The model that answered, as the provider names it.
+    pub response_model: Option<&'a str>,
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
     pub cost_microdollars: Option<i64>,
@@ -211,6 +213,9 @@ pub fn call_attributes(t: &CallTrace, o: &Outcome<'_>) -> Vec<KeyValue> {
     }
     if let Some(id) = o.response_id {
         a.push(KeyValue::new("gen_ai.response.id", id.to_owned()));
+    }
+    if let Some(model) = o.response_model {
+        a.push(KeyValue::new("gen_ai.response.model", model.to_owned()));
     }
     if let Some(n) = o.input_tokens {
         a.push(KeyValue::new("gen_ai.usage.input_tokens", n));
@@ -432,6 +437,7 @@ mod tests {
         let t = traced();
         let o = Outcome {
             response_id: Some("chatcmpl-1"),
+            response_model: Some("gpt-4o-mini-2024-07-18"),
             input_tokens: Some(10),
             output_tokens: Some(20),
             cost_microdollars: Some(435),
@@ -441,6 +447,7 @@ mod tests {
         let a = call_attributes(&t, &o);
         assert_eq!(attr(&a, "gen_ai.operation.name"), Some(&Value::from("chat")));
         assert_eq!(attr(&a, "gen_ai.request.model"), Some(&Value::from("gpt-4o-mini")));
+        assert_eq!(attr(&a, "gen_ai.response.model"), Some(&Value::from("gpt-4o-mini-2024-07-18")));
         assert_eq!(attr(&a, "gen_ai.request.max_tokens"), Some(&Value::I64(100)));
         assert_eq!(attr(&a, "gen_ai.usage.output_tokens"), Some(&Value::I64(20)));
         assert_eq!(attr(&a, "spendgate.cost_microdollars"), Some(&Value::I64(435)));
