@@ -94,6 +94,16 @@ async fn a_streamed_call_is_a_genai_span_tree_under_the_callers_span() {
     let (reservation, upstream) = (named(&spans, "spendgate.reservation"), named(&spans, "upstream openai"));
     assert!(upstream.start_ns >= reservation.end_ns);
 
+    // The collector's answer counts as exported, and nothing was dropped.
+    for _ in 0..50 {
+        if sample(&s, "spendgate_otel_exported_spans_total").await >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(sample(&s, "spendgate_otel_exported_spans_total").await >= 3);
+    assert_eq!(dropped(&s).await, (0, 0));
+
     collector
         .wait_for_metrics(&[
             "gen_ai.client.token.usage",
@@ -171,18 +181,23 @@ async fn an_mcp_budget_check_is_a_span_and_content_is_captured_only_when_asked()
     assert!(call.attr("spendgate.response.body").as_str().unwrap().contains("Hello from mock"), "{call:#?}");
 }
 
-/// The drop counters on the proxy's Prometheus endpoint: (queue_full, export_failed).
-async fn dropped(s: &Setup) -> (u64, u64) {
+/// A sample of the proxy's Prometheus endpoint (0 when absent).
+async fn sample(s: &Setup, series: &str) -> u64 {
     let r = s.app.proxy().request(reqwest::Method::GET, "/health/metrics").header("Accept", "text/plain");
     let text = read(r.send().await.unwrap()).await.text;
-    let count = |reason: &str| {
-        text.lines()
-            .find(|l| l.starts_with(&format!("spendgate_otel_dropped_spans_total{{reason=\"{reason}\"}}")))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (count("queue_full"), count("export_failed"))
+    text.lines()
+        .find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The drop counters: (queue_full, export_failed).
+async fn dropped(s: &Setup) -> (u64, u64) {
+    (
+        sample(s, r#"spendgate_otel_dropped_spans_total{reason="queue_full"}"#).await,
+        sample(s, r#"spendgate_otel_dropped_spans_total{reason="export_failed"}"#).await,
+    )
 }
 
 /// Calls through a server whose collector is unusable stay fast and correct, and every
