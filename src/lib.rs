@@ -121,7 +121,10 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
         let document = web::Data::new(api::openapi::Document(openapi::document()));
         let server = HttpServer::new(move || {
             App::new()
-                .wrap(actix_web::middleware::from_fn(telemetry::governed::span))
+                .wrap(actix_web::middleware::Condition::new(
+                    st.telemetry.is_some(),
+                    actix_web::middleware::from_fn(telemetry::governed::span),
+                ))
                 .wrap(actix_web::middleware::from_fn(api::service_version))
                 .app_data(web::Data::new(st.clone()))
                 .app_data(document.clone())
@@ -146,7 +149,10 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
                 st.budgets.registry().adopt_current_arbiter();
             }
             App::new()
-                .wrap(actix_web::middleware::from_fn(telemetry::governed::span))
+                .wrap(actix_web::middleware::Condition::new(
+                    st.telemetry.is_some(),
+                    actix_web::middleware::from_fn(telemetry::governed::span),
+                ))
                 .app_data(web::Data::new(st.clone()))
                 .configure(proxy::configure)
         })

@@ -61,7 +61,8 @@ pub fn note(req: &HttpRequest, add: impl FnOnce(&mut Vec<KeyValue>)) {
     }
 }
 
-/// The middleware (both listeners).
+/// Times a governed operation and exports its span. Both listeners wrap it in a
+/// `Condition` on export being on, so that with export off it is not there at all.
 pub async fn span(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
