@@ -181,6 +181,45 @@ async fn an_mcp_budget_check_is_a_span_and_content_is_captured_only_when_asked()
     assert!(call.attr("spendgate.response.body").as_str().unwrap().contains("Hello from mock"), "{call:#?}");
 }
 
+#[tokio::test]
+async fn action_decisions_are_spans_of_the_control_plane() {
+    let collector = Collector::start();
+    let s = exporting_to(&collector.base, &[]).await;
+    let agent = crate::support::key_client(&s.app.server.control, &s.raw);
+    let tid = trace_id();
+    let tp = traceparent(&tid);
+    let body = json!({ "agentId": "agent-1", "actionType": "send_email", "payload": { "to": "a@b.c" } });
+    let r = read(
+        agent
+            .request(reqwest::Method::POST, "/api/actions")
+            .header("traceparent", &tp)
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["data"]["id"].as_str().unwrap().to_owned();
+    let approve = format!("/api/actions/{id}/approve");
+    for expected in [200, 409] {
+        let r = read(
+            s.owner.request(reqwest::Method::POST, &approve).header("traceparent", &tp).send().await.unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, expected, "{r:?}");
+    }
+    let spans = collector.wait_for_trace(&tid, 3).await;
+    let create = named(&spans, "action.create");
+    assert_eq!((create.kind, create.parent_span_id.as_str()), (2, PARENT_SPAN));
+    assert_eq!(create.attr("http.response.status_code"), 201);
+    let approvals: Vec<&Span> = spans.iter().filter(|s| s.name == "action.approve").collect();
+    assert_eq!(approvals.len(), 2, "{spans:#?}");
+    assert!(approvals.iter().all(|a| a.attr("spendgate.action.id") == id.as_str()));
+    let refused = approvals.iter().find(|a| a.status == ERROR).expect("the second approval failed");
+    assert_eq!(refused.attr("error.type"), "409");
+}
+
 /// A sample of the proxy's Prometheus endpoint (0 when absent).
 async fn sample(s: &Setup, series: &str) -> u64 {
     let r = s.app.proxy().request(reqwest::Method::GET, "/health/metrics").header("Accept", "text/plain");
