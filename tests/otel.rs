@@ -68,6 +68,7 @@ async fn a_streamed_call_is_a_genai_span_tree_under_the_callers_span() {
         ("gen_ai.request.model", json!("gpt-4o-mini")),
         ("gen_ai.request.max_tokens", json!(100)),
         ("gen_ai.response.model", json!("gpt-4o-mini")),
+        ("gen_ai.response.finish_reasons", json!(["stop"])),
         ("gen_ai.usage.input_tokens", json!(1000)),
         ("gen_ai.usage.output_tokens", json!(500)),
         ("spendgate.cost_microdollars", json!(MINI_COST)),

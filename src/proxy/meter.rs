@@ -55,6 +55,8 @@ pub struct Seen {
     pub response_id: Option<String>,
     /// The model that answered, as the provider names it.
     pub model: Option<String>,
+    /// Why the generation stopped, as the provider says it.
+    pub finish_reason: Option<usage::FinishReason>,
     pub tool_calls: Vec<ToolCall>,
     /// Tools the provider ran itself (Responses built-in tools).
     pub builtin_calls: Vec<BuiltinCall>,
@@ -73,6 +75,7 @@ impl Seen {
             usage: None,
             response_id: None,
             model: None,
+            finish_reason: None,
             tool_calls: Vec::new(),
             builtin_calls: Vec::new(),
             body: None,
@@ -88,6 +91,7 @@ impl Seen {
             let details = json_details(format, &body);
             (self.usage, self.response_id, self.tool_calls) = (details.usage, details.id, details.tool_calls);
             self.model = details.model;
+            self.finish_reason = details.finish_reason;
             self.builtin_calls = details.builtin_calls;
         }
         self
@@ -228,11 +232,11 @@ impl<S> Metered<S> {
             &mut self.mode,
             Mode::Json { format: WireFormat::OpenAiChat, buf: Vec::new(), overflow: true },
         );
-        let (usage, response_id, model, tool_calls, builtin_calls, json) = match mode {
+        let (usage, response_id, model, finish_reason, tool_calls, builtin_calls, json) = match mode {
             // Read later, by `Seen::read`, off the response path.
             Mode::Json { format, buf, overflow } => {
                 let json = (!overflow && !buf.is_empty()).then_some((format, buf));
-                (None, None, None, Vec::new(), Vec::new(), json)
+                (None, None, None, None, Vec::new(), Vec::new(), json)
             }
             Mode::Sse { usage, .. } | Mode::SseStripUsage { usage, .. } => {
                 if end == End::Completed && !usage.complete() {
@@ -240,13 +244,14 @@ impl<S> Metered<S> {
                 }
                 let id = usage.response_id().map(str::to_owned);
                 let model = usage.model().map(str::to_owned);
+                let reason = usage.finish_reason();
                 let calls = usage.tool_calls().to_vec();
                 let builtin = usage.builtin_calls().to_vec();
-                (usage.finish(), id, model, calls, builtin, None)
+                (usage.finish(), id, model, reason, calls, builtin, None)
             }
         };
         let body = self.record.take();
-        finish(Seen { end, usage, response_id, model, tool_calls, builtin_calls, body, json });
+        finish(Seen { end, usage, response_id, model, finish_reason, tool_calls, builtin_calls, body, json });
     }
 }
 
@@ -276,6 +281,7 @@ struct Details {
     usage: Option<Usage>,
     id: Option<String>,
     model: Option<String>,
+    finish_reason: Option<usage::FinishReason>,
     tool_calls: Vec<ToolCall>,
     builtin_calls: Vec<BuiltinCall>,
 }
@@ -295,28 +301,28 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
                 usage: reader.usage(),
                 id: reader.response_id().map(str::to_owned),
                 model: reader.model().map(str::to_owned),
+                finish_reason: reader.finish_reason(),
                 tool_calls: reader.tool_calls().to_vec(),
                 builtin_calls: reader.builtin_calls().to_vec(),
             }
         }
         WireFormat::Anthropic | WireFormat::Gemini => {
-            let (usage, id, model, tool_calls) = chat_details(format, body);
-            Details { usage, id, model, tool_calls, builtin_calls: Vec::new() }
+            let ChatDetails { usage, id, model, finish_reason, tool_calls } = chat_details(format, body);
+            Details { usage, id, model, finish_reason, tool_calls, builtin_calls: Vec::new() }
         }
     }
 }
 
 /// [`json_details`] of the Anthropic and Gemini formats.
-fn chat_details(
-    format: WireFormat,
-    body: &[u8],
-) -> (Option<Usage>, Option<String>, Option<String>, Vec<ToolCall>) {
+fn chat_details(format: WireFormat, body: &[u8]) -> ChatDetails {
     let gemini = format == WireFormat::Gemini;
     let usage = if gemini { usage::gemini_usage(body) } else { usage::anthropic_usage(body) };
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return (usage, None, None, Vec::new());
+        return ChatDetails { usage, id: None, model: None, finish_reason: None, tool_calls: Vec::new() };
     };
     let model = value[if gemini { "modelVersion" } else { "model" }].as_str().map(str::to_owned);
+    let reason = if gemini { &value["candidates"][0]["finishReason"] } else { &value["stop_reason"] };
+    let finish_reason = reason.as_str().filter(|r| !r.is_empty()).map(usage::finish_reason);
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
     let mut calls = Vec::new();
     if gemini {
@@ -327,14 +333,25 @@ fn chat_details(
                 }
             }
         }
-        return (usage, value["responseId"].as_str().map(str::to_owned), model, calls);
+        let id = value["responseId"].as_str().map(str::to_owned);
+        return ChatDetails { usage, id, model, finish_reason, tool_calls: calls };
     }
     for block in value["content"].as_array().into_iter().flatten() {
         if block["type"] == "tool_use" {
             calls.push(ToolCall { id: text(&block["id"]), name: text(&block["name"]) });
         }
     }
-    (usage, value["id"].as_str().map(str::to_owned), model, calls)
+    let id = value["id"].as_str().map(str::to_owned);
+    ChatDetails { usage, id, model, finish_reason, tool_calls: calls }
+}
+
+/// What [`chat_details`] read.
+struct ChatDetails {
+    usage: Option<Usage>,
+    id: Option<String>,
+    model: Option<String>,
+    finish_reason: Option<usage::FinishReason>,
+    tool_calls: Vec<ToolCall>,
 }
 
 impl<S, E> Stream for Metered<S>
@@ -486,7 +503,8 @@ mod tests {
     #[test]
     fn json_tool_calls_and_ids() {
         let body = br#"{"id":"msg_1","model":"claude-sonnet-4-5-20250929","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}],"usage":{"input_tokens":5,"output_tokens":2}}"#;
-        let (usage, id, model, calls) = chat_details(WireFormat::Anthropic, body);
+        let ChatDetails { usage, id, model, tool_calls: calls, .. } =
+            chat_details(WireFormat::Anthropic, body);
         assert_eq!(usage.unwrap().output_tokens, 2);
         assert_eq!(id.as_deref(), Some("msg_1"));
         assert_eq!(model.as_deref(), Some("claude-sonnet-4-5-20250929"));

@@ -191,6 +191,7 @@ impl Settlement {
         let outcome = crate::telemetry::Outcome {
             response_id: seen.response_id.as_deref(),
             response_model: seen.model.as_deref(),
+            finish_reason: seen.finish_reason.as_deref(),
             input_tokens: charge.usage.map(|_| row.input_tokens),
             output_tokens: charge.usage.map(|_| row.output_tokens),
             cost_microdollars: Some(row.cost_microdollars),

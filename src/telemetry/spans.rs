@@ -165,6 +165,8 @@ pub struct Outcome<'a> {
     pub response_id: Option<&'a str>,
     /// The model that answered, as the provider names it.
     pub response_model: Option<&'a str>,
+    /// Why the generation stopped, as the provider says it.
+    pub finish_reason: Option<&'a str>,
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
     pub cost_microdollars: Option<i64>,
@@ -216,6 +218,10 @@ pub fn call_attributes(t: &CallTrace, o: &Outcome<'_>) -> Vec<KeyValue> {
     }
     if let Some(model) = o.response_model {
         a.push(KeyValue::new("gen_ai.response.model", model.to_owned()));
+    }
+    if let Some(reason) = o.finish_reason {
+        let reasons = Array::String(vec![StringValue::from(reason.to_owned())]);
+        a.push(KeyValue::new("gen_ai.response.finish_reasons", Value::Array(reasons)));
     }
     if let Some(n) = o.input_tokens {
         a.push(KeyValue::new("gen_ai.usage.input_tokens", n));
@@ -438,6 +444,7 @@ mod tests {
         let o = Outcome {
             response_id: Some("chatcmpl-1"),
             response_model: Some("gpt-4o-mini-2024-07-18"),
+            finish_reason: Some("stop"),
             input_tokens: Some(10),
             output_tokens: Some(20),
             cost_microdollars: Some(435),
@@ -448,6 +455,8 @@ mod tests {
         assert_eq!(attr(&a, "gen_ai.operation.name"), Some(&Value::from("chat")));
         assert_eq!(attr(&a, "gen_ai.request.model"), Some(&Value::from("gpt-4o-mini")));
         assert_eq!(attr(&a, "gen_ai.response.model"), Some(&Value::from("gpt-4o-mini-2024-07-18")));
+        let reasons = Value::Array(Array::String(vec![StringValue::from("stop")]));
+        assert_eq!(attr(&a, "gen_ai.response.finish_reasons"), Some(&reasons));
         assert_eq!(attr(&a, "gen_ai.request.max_tokens"), Some(&Value::I64(100)));
         assert_eq!(attr(&a, "gen_ai.usage.output_tokens"), Some(&Value::I64(20)));
         assert_eq!(attr(&a, "spendgate.cost_microdollars"), Some(&Value::I64(435)));
