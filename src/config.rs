@@ -465,6 +465,13 @@ fn otel_settings(r: &Reader, env: &BTreeMap<String, String>) -> Result<OtelSetti
             },
         },
     };
+    // The exporter's client is built without TLS (see Cargo.toml): an https endpoint
+    // would fail every export, so it is refused here, where the operator sees it.
+    if endpoint.as_deref().is_some_and(|e| e.starts_with("https:")) {
+        return Err(ConfigError(
+            "OpenTelemetry export speaks plain HTTP (OTLP/HTTP without TLS): point otel_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT at an http:// Collector beside spendgate, which can forward over TLS".to_owned(),
+        ));
+    }
     let standard = |name: &str, default: u64| -> Result<u64, ConfigError> {
         match env.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
             None => Ok(default),
@@ -671,7 +678,12 @@ mod tests {
         .unwrap();
         assert_eq!(c.otel.endpoint.as_deref(), Some("http://127.0.0.1:4318"));
         assert!(c.otel.capture_content);
-        for bad in [("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"), ("OTEL_BSP_MAX_QUEUE_SIZE", "0")] {
+        for bad in [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+            ("SPENDGATE_OTEL_ENDPOINT", "https://collector:4318"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
+        ] {
             assert!(Config::load_from(&Overrides::default(), &env(&[bad])).is_err(), "{bad:?}");
         }
     }
