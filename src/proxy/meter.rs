@@ -238,12 +238,12 @@ impl<S> Metered<S> {
                 let json = (!overflow && !buf.is_empty()).then_some((format, buf));
                 (None, None, None, None, Vec::new(), Vec::new(), json)
             }
-            Mode::Sse { usage, .. } | Mode::SseStripUsage { usage, .. } => {
+            Mode::Sse { mut usage, .. } | Mode::SseStripUsage { mut usage, .. } => {
                 if end == End::Completed && !usage.complete() {
                     end = End::Incomplete;
                 }
                 let id = usage.response_id().map(str::to_owned);
-                let model = usage.model().map(str::to_owned);
+                let model = usage.take_model();
                 let reason = usage.finish_reason();
                 let calls = usage.tool_calls().to_vec();
                 let builtin = usage.builtin_calls().to_vec();
@@ -300,7 +300,7 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
             Details {
                 usage: reader.usage(),
                 id: reader.response_id().map(str::to_owned),
-                model: reader.model().map(str::to_owned),
+                model: reader.take_model(),
                 finish_reason: reader.finish_reason(),
                 tool_calls: reader.tool_calls().to_vec(),
                 builtin_calls: reader.builtin_calls().to_vec(),
@@ -317,10 +317,14 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
 fn chat_details(format: WireFormat, body: &[u8]) -> ChatDetails {
     let gemini = format == WireFormat::Gemini;
     let usage = if gemini { usage::gemini_usage(body) } else { usage::anthropic_usage(body) };
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) else {
         return ChatDetails { usage, id: None, model: None, finish_reason: None, tool_calls: Vec::new() };
     };
-    let model = value[if gemini { "modelVersion" } else { "model" }].as_str().map(str::to_owned);
+    // Moved out of the parsed body, not copied.
+    let model = match value[if gemini { "modelVersion" } else { "model" }].take() {
+        serde_json::Value::String(model) => Some(model),
+        _ => None,
+    };
     let reason = if gemini { &value["candidates"][0]["finishReason"] } else { &value["stop_reason"] };
     let finish_reason = reason.as_str().filter(|r| !r.is_empty()).map(usage::finish_reason);
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();

@@ -281,7 +281,7 @@ pub fn call_spans(
     spans.push(span(
         t.parent.trace_id,
         call_id,
-        t.parent.span_id,
+        t.parent.span_id.map(|id| (id, true)),
         SpanKind::Client,
         span_name(t.operation, model).into(),
         (t.clock.wall(t.started), t.clock.wall(end)),
@@ -301,7 +301,7 @@ pub fn call_spans(
         spans.push(span(
             t.parent.trace_id,
             new_span_id(),
-            Some(call_id),
+            Some((call_id, false)),
             SpanKind::Internal,
             "spendgate.reservation".into(),
             (t.clock.wall(from), t.clock.wall(to)),
@@ -321,7 +321,7 @@ pub fn call_spans(
         spans.push(span(
             t.parent.trace_id,
             new_span_id(),
-            Some(call_id),
+            Some((call_id, false)),
             SpanKind::Client,
             format!("upstream {}", t.provider).into(),
             (t.clock.wall(from), t.clock.wall(end.max(from))),
@@ -347,7 +347,7 @@ pub fn operation_span(
         span(
             parent.trace_id,
             new_span_id(),
-            parent.span_id,
+            parent.span_id.map(|id| (id, true)),
             SpanKind::Server,
             name.into(),
             times,
@@ -362,7 +362,8 @@ pub fn operation_span(
 fn span(
     trace_id: TraceId,
     span_id: SpanId,
-    parent: Option<SpanId>,
+    // The parent span, and whether it is the caller's (remote).
+    parent: Option<(SpanId, bool)>,
     kind: SpanKind,
     name: Cow<'static, str>,
     (start, end): (SystemTime, SystemTime),
@@ -372,9 +373,8 @@ fn span(
 ) -> SpanData {
     SpanData {
         span_context: SpanContext::new(trace_id, span_id, TraceFlags::SAMPLED, false, TraceState::NONE),
-        parent_span_id: parent.unwrap_or(SpanId::INVALID),
-        // Only the call's own span hangs under the caller's (remote) span.
-        parent_span_is_remote: false,
+        parent_span_id: parent.map_or(SpanId::INVALID, |(id, _)| id),
+        parent_span_is_remote: parent.is_some_and(|(_, remote)| remote),
         span_kind: kind,
         name,
         start_time: start,
@@ -478,12 +478,24 @@ mod tests {
         let call = &spans[0];
         assert_eq!(call.span_kind, SpanKind::Client);
         assert_eq!(call.parent_span_id, SpanId::INVALID);
+        assert!(!call.parent_span_is_remote);
         assert_eq!(call.end_time.duration_since(call.start_time).unwrap(), Duration::from_millis(5));
         for child in &spans[1..] {
             assert_eq!(child.parent_span_id, call.span_context.span_id());
             assert_eq!(child.span_context.trace_id(), call.span_context.trace_id());
             assert!(child.start_time >= call.start_time && child.end_time <= call.end_time);
         }
+    }
+
+    #[test]
+    fn the_callers_span_is_a_remote_parent() {
+        let mut t = traced();
+        t.parent = Parent::of(TID, Some(&format!("00-{TID}-00f067aa0ba902b7-01"))).unwrap();
+        let scope = InstrumentationScope::builder("spendgate").build();
+        let spans = call_spans(&t, &Outcome::default(), t.started, &scope);
+        assert_eq!(spans[0].parent_span_id, SpanId::from_hex("00f067aa0ba902b7").unwrap());
+        assert!(spans[0].parent_span_is_remote);
+        assert!(spans[1..].iter().all(|s| !s.parent_span_is_remote));
     }
 
     #[test]

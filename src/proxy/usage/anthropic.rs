@@ -237,6 +237,10 @@ impl ProviderUsage for AnthropicStreamUsage {
         self.finish_reason.clone()
     }
 
+    fn take_model(&mut self) -> Option<String> {
+        self.model.take()
+    }
+
     /// `tool_use` blocks started so far.
     fn tool_calls(&self) -> &[ToolCall] {
         &self.tool_calls

@@ -180,6 +180,10 @@ impl ProviderUsage for GeminiStreamUsage {
         self.finish_reason.clone()
     }
 
+    fn take_model(&mut self) -> Option<String> {
+        self.model.take()
+    }
+
     /// `functionCall` parts seen so far.
     fn tool_calls(&self) -> &[ToolCall] {
         &self.tool_calls

@@ -176,6 +176,8 @@ pub trait ProviderUsage {
     fn model(&self) -> Option<&str>;
     /// Why the generation stopped (the first choice's or candidate's reason).
     fn finish_reason(&self) -> Option<FinishReason>;
+    /// Moves the answering model's name out (no copy), once the stream has ended.
+    fn take_model(&mut self) -> Option<String>;
     /// Tool calls requested so far, in order of first appearance.
     fn tool_calls(&self) -> &[ToolCall];
     /// Usage seen so far (the whole usage once complete).
@@ -252,6 +254,10 @@ impl StreamUsage {
 
     pub fn finish_reason(&self) -> Option<FinishReason> {
         self.reader().finish_reason()
+    }
+
+    pub fn take_model(&mut self) -> Option<String> {
+        self.reader_mut().take_model()
     }
 
     pub fn tool_calls(&self) -> &[ToolCall] {

@@ -205,6 +205,10 @@ impl ProviderUsage for OpenAiStreamUsage {
         self.finish_reason.clone()
     }
 
+    fn take_model(&mut self) -> Option<String> {
+        self.model.take()
+    }
+
     /// Tool calls requested so far, in order of first appearance.
     fn tool_calls(&self) -> &[ToolCall] {
         &self.tool_calls

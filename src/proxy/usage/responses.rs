@@ -226,6 +226,10 @@ impl ProviderUsage for ResponsesUsage {
         self.finish_reason.clone()
     }
 
+    fn take_model(&mut self) -> Option<String> {
+        self.model.take()
+    }
+
     /// The response id (`resp_…`).
     fn response_id(&self) -> Option<&str> {
         self.response_id.as_deref()
