@@ -150,7 +150,7 @@ async fn a_denied_call_is_a_span_with_its_denial_and_no_upstream_child() {
 }
 
 #[tokio::test]
-async fn an_mcp_budget_check_is_a_span_and_content_is_captured_only_when_asked() {
+async fn mcp_and_gate_decisions_are_spans_and_content_is_captured_only_when_asked() {
     let collector = Collector::start();
     let s = exporting_to(&collector.base, &[("SPENDGATE_OTEL_CAPTURE_CONTENT", "1".to_owned())]).await;
     s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 1_000 })).await;
@@ -165,6 +165,18 @@ async fn an_mcp_budget_check_is_a_span_and_content_is_captured_only_when_asked()
     assert_eq!(span.attr("spendgate.denial_code"), "budget_exceeded");
     assert_eq!(span.attr("gen_ai.tool.name"), "search");
     assert_eq!(span.attr("spendgate.estimate_microdollars"), 5_000);
+
+    // The gate's decision on its span (no binding: refused).
+    let tid = trace_id();
+    let gate = json!({ "customerId": "ghost", "estimatedCostMicrodollars": 10, "sendEvent": false });
+    let r = s.send("/v1/gate", &gate, &[("traceparent", &traceparent(&tid))]).await;
+    assert_eq!((r.status, r.body["reason"].as_str()), (200, Some("bind_not_found")), "{r:?}");
+    let spans = collector.wait_for_trace(&tid, 1).await;
+    let span = named(&spans, "gate");
+    assert_eq!(span.parent_span_id, PARENT_SPAN);
+    assert_eq!(span.attr("spendgate.decision"), "denied");
+    assert_eq!(span.attr("spendgate.denial_code"), "bind_not_found");
+    assert_eq!(span.attr("spendgate.customer.id"), "ghost");
 
     // With capture on, a call's span carries its prompt and completion.
     let tid = trace_id();
