@@ -37,6 +37,8 @@ pub struct Metrics {
     pub webhook_endpoints_failing: IntGauge,
     /// OpenTelemetry spans exported, and dropped (`queue_full`, `export_failed`).
     pub otel_spans: crate::telemetry::SpanCounters,
+    /// OpenTelemetry metric exports by outcome (`ok`, `failed`).
+    pub otel_metric_exports: IntCounterVec,
 }
 
 impl Metrics {
@@ -122,7 +124,14 @@ impl Metrics {
         )
         .expect("valid counter");
         registry.register(Box::new(otel_dropped.clone())).expect("unique counter");
+        let otel_metric_exports = IntCounterVec::new(
+            Opts::new("otel_metric_exports_total", "OpenTelemetry metric exports by outcome: ok, failed"),
+            &["outcome"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(otel_metric_exports.clone())).expect("unique counter");
         Metrics {
+            otel_metric_exports,
             otel_spans: crate::telemetry::SpanCounters { exported: otel_exported, dropped: otel_dropped },
             budget,
             registry,

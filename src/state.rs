@@ -92,7 +92,11 @@ impl AppState {
             RateLimiters::new(config.rate_limit_ip_per_minute, config.rate_limit_key_per_minute)
                 .with_auth(config.rate_limit_auth_ip_per_minute, config.rate_limit_auth_email_per_minute);
         let unsettled = Arc::new(tokio::sync::Semaphore::new(config.max_unsettled_calls));
-        let telemetry = crate::telemetry::Telemetry::start(&config.otel, metrics.otel_spans.clone())?;
+        let telemetry = crate::telemetry::Telemetry::start(
+            &config.otel,
+            metrics.otel_spans.clone(),
+            metrics.otel_metric_exports.clone(),
+        )?;
         Ok(AppState(Arc::new(Inner {
             config,
             pool,

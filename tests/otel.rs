@@ -104,6 +104,14 @@ async fn a_streamed_call_is_a_genai_span_tree_under_the_callers_span() {
     }
     assert!(sample(&s, "spendgate_otel_exported_spans_total").await >= 3);
     assert_eq!(dropped(&s).await, (0, 0));
+    for _ in 0..50 {
+        if sample(&s, r#"spendgate_otel_metric_exports_total{outcome="ok"}"#).await > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(sample(&s, r#"spendgate_otel_metric_exports_total{outcome="ok"}"#).await > 0);
+    assert_eq!(sample(&s, r#"spendgate_otel_metric_exports_total{outcome="failed"}"#).await, 0);
 
     collector
         .wait_for_metrics(&[
@@ -281,11 +289,23 @@ async fn calls_unaffected_by(endpoint: String) {
     for _ in 0..200 {
         last = dropped(&s).await;
         if last.0 + last.1 == 3 * CALLS {
+            metric_exports_fail(&s).await;
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("dropped spans (queue_full, export_failed) = {last:?}, expected {} in all", 3 * CALLS);
+}
+
+/// Waits until the metric exports failed at least once.
+async fn metric_exports_fail(s: &Setup) {
+    for _ in 0..200 {
+        if sample(s, r#"spendgate_otel_metric_exports_total{outcome="failed"}"#).await > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no failed metric export counted");
 }
 
 #[tokio::test]

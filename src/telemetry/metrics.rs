@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use opentelemetry::metrics::{Counter, Histogram, Meter};
 use opentelemetry::KeyValue;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::Temporality;
 
 /// Bucket boundaries the conventions advise for token counts.
 const TOKEN_BUCKETS: [f64; 14] = [
@@ -99,6 +103,36 @@ impl Instruments {
                 self.token_usage.record(n, &with_type);
             }
         }
+    }
+}
+
+/// The OTLP metric exporter, with each export's outcome counted in
+/// `spendgate_otel_metric_exports_total{outcome}` (`ok`, `failed`): a collector that
+/// is down shows there too, not only in the spans dropped.
+#[derive(Debug)]
+pub struct Counted<E> {
+    pub inner: E,
+    pub exports: prometheus::IntCounterVec,
+}
+
+impl<E: PushMetricExporter> PushMetricExporter for Counted<E> {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let result = self.inner.export(metrics).await;
+        let outcome = if result.is_ok() { "ok" } else { "failed" };
+        self.exports.with_label_values(&[outcome]).inc();
+        result
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
     }
 }
 

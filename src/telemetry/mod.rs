@@ -46,7 +46,12 @@ impl std::fmt::Debug for Telemetry {
 
 impl Telemetry {
     /// Starts the export when an endpoint is configured; `None` otherwise.
-    pub fn start(settings: &OtelSettings, counters: SpanCounters) -> Result<Option<Arc<Telemetry>>, String> {
+    /// `metric_exports` counts the metric exports by outcome.
+    pub fn start(
+        settings: &OtelSettings,
+        counters: SpanCounters,
+        metric_exports: prometheus::IntCounterVec,
+    ) -> Result<Option<Arc<Telemetry>>, String> {
         let Some(endpoint) = &settings.endpoint else {
             return Ok(None);
         };
@@ -71,7 +76,10 @@ impl Telemetry {
             .map_err(|e| format!("OpenTelemetry metric exporter: {e}"))?;
         let meters = SdkMeterProvider::builder()
             .with_resource(resource)
-            .with_reader(PeriodicReader::builder(metric_exporter).build())
+            .with_reader(
+                PeriodicReader::builder(metrics::Counted { inner: metric_exporter, exports: metric_exports })
+                    .build(),
+            )
             .build();
         let scope =
             InstrumentationScope::builder("spendgate").with_version(env!("CARGO_PKG_VERSION")).build();
