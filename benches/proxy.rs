@@ -38,6 +38,9 @@
 //! `PROXY_BENCH_LOG`, default `warn`; `PROXY_BENCH_FIXED_BODY=1`, see [`body`];
 //! `PROXY_BENCH_STALL_SECONDS`, default 10, 0 skips the stalls phase).
 //!
+//! `PROXY_BENCH_OTEL=1`: spendgate exports traces and metrics over OTLP to a local sink
+//! that discards them (see [`otel`]); run with and without it to measure the export.
+//!
 //! `PROXY_BENCH_MODE=soak cargo bench --bench proxy`: the soak run instead (see
 //! [`soak`]; `PROXY_BENCH_SOAK_SECONDS`, default 300; `PROXY_BENCH_SOAK_CLIENTS`,
 //! default `32,256`).
@@ -46,6 +49,8 @@
 mod cpu;
 #[path = "proxy/nginx.rs"]
 mod nginx;
+#[path = "proxy/otel.rs"]
+mod otel;
 #[path = "proxy/soak.rs"]
 mod soak;
 #[path = "proxy/stalls.rs"]
@@ -275,7 +280,11 @@ impl Drop for Server {
 }
 
 fn start_server(db_url: &str, upstream: &str) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spendgate"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_spendgate"));
+    if let Some(endpoint) = otel::endpoint() {
+        command.env("SPENDGATE_OTEL_ENDPOINT", endpoint);
+    }
+    let mut child = command
         .arg("serve")
         .env("SPENDGATE_DATABASE_URL", db_url)
         .env("SPENDGATE_CONTROL_ADDR", "127.0.0.1:0")
@@ -776,6 +785,7 @@ async fn run() -> Result<(), BoxError> {
             "threads": split.iter().map(|(name, us)| (name.clone(), json!(us.round()))).collect::<serde_json::Map<_, _>>(),
         })),
         "recorded": { "requests": recorded.0, "proxied": proxied, "cost_microdollars": recorded.1 },
+        "otel": if otel::on() { otel::counters(&http, &server.proxy).await } else { Value::Null },
     });
     println!("{summary}");
     if recorded.0 == 0 || recorded.1 == 0 {

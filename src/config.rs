@@ -108,6 +108,27 @@ pub struct Config {
     pub proxy_public_url: Option<String>,
     /// Operator-defined upstreams (see `crate::upstreams`).
     pub upstreams: Vec<crate::upstreams::NamedUpstream>,
+    /// OpenTelemetry export (see `crate::telemetry`); off without an endpoint.
+    pub otel: OtelSettings,
+}
+
+/// OpenTelemetry export: where, what, and the bounds of the span queue. The endpoint
+/// is spendgate's `otel_endpoint`, else the standard `OTEL_EXPORTER_OTLP_ENDPOINT`;
+/// the batch bounds come from the standard `OTEL_BSP_*` variables. The exporter itself
+/// reads `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_EXPORTER_OTLP_TIMEOUT`, and the
+/// resource `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`.
+#[derive(Debug, Clone)]
+pub struct OtelSettings {
+    /// OTLP/HTTP base URL (`/v1/traces` and `/v1/metrics` are appended); `None`: off.
+    pub endpoint: Option<String>,
+    /// Export prompt and completion bodies on the spans (off: never).
+    pub capture_content: bool,
+    /// Spans waiting for export; past it new spans are dropped and counted.
+    pub queue_size: usize,
+    /// Spans per export request.
+    pub batch_size: usize,
+    /// Longest a span waits in the queue before its batch is sent.
+    pub batch_delay: Duration,
 }
 
 /// How webhook endpoint actors deliver (see `crate::webhooks`).
@@ -267,6 +288,14 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("webhook_poll_ms", "how often an endpoint looks for due deliveries when not woken (default 1000)"),
     ("webhook_lease_ms", "an instance's claim on delivering an endpoint's events, renewed while alive (default 15000)"),
     ("webhook_retention_hours", "finished deliveries and their outbox rows are pruned after this (default 72)"),
+    (
+        "otel_endpoint",
+        "OTLP/HTTP base URL to export traces and metrics to (default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)",
+    ),
+    (
+        "otel_capture_content",
+        "1 = exported spans carry the prompt and completion bodies (default 0: never)",
+    ),
 ];
 
 impl Config {
@@ -423,6 +452,7 @@ impl Config {
             },
             upstreams: crate::upstreams::parse(&r.string("upstreams", ""))
                 .map_err(|e| r.bad("upstreams", &format!("valid upstream entries ({e})")))?,
+            otel: otel_settings(&r, env)?,
         };
         if let Some(path) = &config.pricing_file {
             if !path.exists() {
@@ -431,6 +461,51 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// The OpenTelemetry settings: spendgate's own, then the standard variables.
+fn otel_settings(r: &Reader, env: &BTreeMap<String, String>) -> Result<OtelSettings, ConfigError> {
+    let endpoint = match r.optional("otel_endpoint") {
+        Some(_) => Some(r.url("otel_endpoint", "")?),
+        None => match env.get("OTEL_EXPORTER_OTLP_ENDPOINT").map(|v| v.trim()).filter(|v| !v.is_empty()) {
+            None => None,
+            Some(v) => match url::Url::parse(v) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                    Some(v.trim_end_matches('/').to_owned())
+                }
+                _ => {
+                    return Err(ConfigError(format!(
+                        "invalid OTEL_EXPORTER_OTLP_ENDPOINT: expected an http(s) URL, got {v:?}"
+                    )))
+                }
+            },
+        },
+    };
+    // The exporter's client is built without TLS (see Cargo.toml): an https endpoint
+    // would fail every export, so it is refused here, where the operator sees it.
+    if endpoint.as_deref().is_some_and(|e| e.starts_with("https:")) {
+        return Err(ConfigError(
+            "OpenTelemetry export speaks plain HTTP (OTLP/HTTP without TLS): point otel_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT at an http:// Collector beside spendgate, which can forward over TLS".to_owned(),
+        ));
+    }
+    let standard = |name: &str, default: u64| -> Result<u64, ConfigError> {
+        match env.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+            None => Ok(default),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(ConfigError(format!("invalid {name}: expected a positive integer, got {v:?}"))),
+            },
+        }
+    };
+    let queue_size = usize::try_from(standard("OTEL_BSP_MAX_QUEUE_SIZE", 2048)?).unwrap_or(usize::MAX);
+    let batch_size = usize::try_from(standard("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)?).unwrap_or(usize::MAX);
+    Ok(OtelSettings {
+        endpoint,
+        capture_content: r.flag("otel_capture_content")?,
+        queue_size,
+        batch_size: batch_size.min(queue_size),
+        batch_delay: Duration::from_millis(standard("OTEL_BSP_SCHEDULE_DELAY", 5000)?),
+    })
 }
 
 /// A cap setting: 0 (or less) means unlimited.
@@ -590,6 +665,43 @@ mod tests {
         assert_eq!(c.upstream_openai, "https://api.openai.com");
         assert!(!c.dev);
         assert_eq!(c.default_plan, Plan::Enterprise, "a self-hosted install has no tier limits");
+    }
+
+    #[test]
+    fn otel_is_off_unless_an_endpoint_is_configured() {
+        let c = Config::load_from(&Overrides::default(), &env(&[])).unwrap();
+        assert_eq!(c.otel.endpoint, None);
+        assert!(!c.otel.capture_content);
+        let c = Config::load_from(
+            &Overrides::default(),
+            &env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.otel.endpoint.as_deref(), Some("http://collector:4318"));
+        assert_eq!(c.otel.batch_delay, Duration::from_millis(100));
+        // spendgate's own setting wins over the standard variable.
+        let c = Config::load_from(
+            &Overrides::default(),
+            &env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+                ("SPENDGATE_OTEL_ENDPOINT", "http://127.0.0.1:4318"),
+                ("SPENDGATE_OTEL_CAPTURE_CONTENT", "1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.otel.endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        assert!(c.otel.capture_content);
+        for bad in [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+            ("SPENDGATE_OTEL_ENDPOINT", "https://collector:4318"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
+        ] {
+            assert!(Config::load_from(&Overrides::default(), &env(&[bad])).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub mod ratelimit;
 pub mod retention;
 pub mod secret_key;
 pub mod state;
+pub mod telemetry;
 pub mod tool_costs;
 pub mod unit_economics;
 pub mod upstreams;
@@ -133,6 +134,10 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
         let document = web::Data::new(api::openapi::Document(openapi::document()));
         let server = HttpServer::new(move || {
             App::new()
+                .wrap(actix_web::middleware::Condition::new(
+                    st.telemetry.is_some(),
+                    actix_web::middleware::from_fn(telemetry::governed::span),
+                ))
                 .wrap(actix_web::middleware::from_fn(api::service_version))
                 .app_data(web::Data::new(st.clone()))
                 .app_data(document.clone())
@@ -156,7 +161,13 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
             if st.config.budget_actors_on_workers {
                 st.budgets.registry().adopt_current_arbiter();
             }
-            App::new().app_data(web::Data::new(st.clone())).configure(proxy::configure)
+            App::new()
+                .wrap(actix_web::middleware::Condition::new(
+                    st.telemetry.is_some(),
+                    actix_web::middleware::from_fn(telemetry::governed::span),
+                ))
+                .app_data(web::Data::new(st.clone()))
+                .configure(proxy::configure)
         })
         .workers(workers)
         // A client that goes away while its call waits for the provider is noticed.
@@ -191,6 +202,10 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
     }
     for result in stopped {
         result?;
+    }
+    if let Some(telemetry) = state.telemetry.clone() {
+        // Waits a few seconds at most for the collector; off the runtime's thread.
+        let _ = actix_web::rt::task::spawn_blocking(move || telemetry.shutdown()).await;
     }
     tracing::info!("spendgate stopped");
     Ok(())

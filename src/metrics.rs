@@ -1,7 +1,7 @@
 //! Operational metrics, kept in one Prometheus registry and exported at
 //! `/health/metrics` as Prometheus text or as JSON.
 
-use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 pub mod budget;
 
@@ -39,6 +39,10 @@ pub struct Metrics {
     pub lease_held: IntGaugeVec,
     /// Budget lease operations: `grown`, `refused`, `returned`, `reaped`.
     pub lease_operations: IntCounterVec,
+    /// OpenTelemetry spans exported, and dropped (`queue_full`, `export_failed`).
+    pub otel_spans: crate::telemetry::SpanCounters,
+    /// OpenTelemetry metric exports by outcome (`ok`, `failed`).
+    pub otel_metric_exports: IntCounterVec,
 }
 
 impl Metrics {
@@ -129,9 +133,30 @@ impl Metrics {
         )
         .expect("valid counter");
         registry.register(Box::new(lease_operations.clone())).expect("unique counter");
+        let otel_exported =
+            IntCounter::new("otel_exported_spans_total", "OpenTelemetry spans the collector accepted")
+                .expect("valid counter");
+        registry.register(Box::new(otel_exported.clone())).expect("unique counter");
+        let otel_dropped = IntCounterVec::new(
+            Opts::new(
+                "otel_dropped_spans_total",
+                "OpenTelemetry spans dropped: queue_full (the export queue was full), export_failed (the collector did not take them)",
+            ),
+            &["reason"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(otel_dropped.clone())).expect("unique counter");
+        let otel_metric_exports = IntCounterVec::new(
+            Opts::new("otel_metric_exports_total", "OpenTelemetry metric exports by outcome: ok, failed"),
+            &["outcome"],
+        )
+        .expect("valid counter");
+        registry.register(Box::new(otel_metric_exports.clone())).expect("unique counter");
         Metrics {
             lease_held,
             lease_operations,
+            otel_metric_exports,
+            otel_spans: crate::telemetry::SpanCounters { exported: otel_exported, dropped: otel_dropped },
             budget,
             registry,
             webhook_attempts,

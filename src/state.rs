@@ -48,6 +48,8 @@ pub struct Inner {
     pub started_at_ms: i64,
     /// The proxy listener's bound address (known after bind; port 0 resolves then).
     pub proxy_bound: std::sync::OnceLock<std::net::SocketAddr>,
+    /// OpenTelemetry export, when an endpoint is configured (`crate::telemetry`).
+    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 impl AppState {
@@ -100,6 +102,11 @@ impl AppState {
             RateLimiters::new(config.rate_limit_ip_per_minute, config.rate_limit_key_per_minute)
                 .with_auth(config.rate_limit_auth_ip_per_minute, config.rate_limit_auth_email_per_minute);
         let unsettled = Arc::new(tokio::sync::Semaphore::new(config.max_unsettled_calls));
+        let telemetry = crate::telemetry::Telemetry::start(
+            &config.otel,
+            metrics.otel_spans.clone(),
+            metrics.otel_metric_exports.clone(),
+        )?;
         Ok(AppState(Arc::new(Inner {
             config,
             pool,
@@ -121,6 +128,7 @@ impl AppState {
             instance_id,
             started_at_ms: crate::util::time::now_ms(),
             proxy_bound: std::sync::OnceLock::new(),
+            telemetry,
         })))
     }
 }

@@ -24,6 +24,7 @@ mod mock_selftest;
 mod model_prices;
 mod openapi;
 mod orgs;
+mod otel;
 mod outbound;
 mod pricing;
 mod provider_credentials;

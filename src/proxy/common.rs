@@ -24,6 +24,8 @@ pub struct Common {
     pub session: Option<String>,
     pub version: String,
     pub rate_limit: Option<crate::ratelimit::RateLimitSnapshot>,
+    /// What the call's OpenTelemetry span needs, collected as it goes (export on only).
+    pub trace: Option<Box<crate::telemetry::CallTrace>>,
 }
 
 impl Common {

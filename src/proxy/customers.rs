@@ -183,14 +183,33 @@ async fn gate_answer(
     let scope = scope(&state, &key, idempotency_key, "/v1/gate", &body.raw);
     let ctx =
         GateContext { state: &state, key: &key, gate: &gate, request_id: &request_id, defer: &deferred };
-    let (response, ran) =
-        idempotency::run_in(scope, || async { Ok((StatusCode::OK, decide(&ctx, &decision_id).await?)) })
-            .await?;
+    let (response, ran) = idempotency::run_in(scope, || async {
+        let answer = decide(&ctx, &decision_id).await?;
+        crate::telemetry::governed::note(&req, |attrs| note_gate(attrs, &ctx, &answer));
+        Ok((StatusCode::OK, answer))
+    })
+    .await?;
     let rows = deferred.take();
     if ran == Ran::Handler && !rows.is_empty() {
         denial::record(&state, &ctx.refused(None), rows).await;
     }
     Ok(response)
+}
+
+/// The gate's decision on its span.
+fn note_gate(attrs: &mut Vec<opentelemetry::KeyValue>, ctx: &GateContext<'_>, answer: &Value) {
+    use opentelemetry::KeyValue;
+    let allowed = answer["allowed"].as_bool().unwrap_or(false);
+    attrs.push(KeyValue::new("spendgate.api_key.id", ctx.key.key_id.clone()));
+    attrs.push(KeyValue::new("spendgate.customer.id", ctx.gate.customer_id.clone()));
+    attrs.push(KeyValue::new("spendgate.decision", if allowed { "allowed" } else { "denied" }));
+    attrs.push(KeyValue::new("spendgate.estimate_microdollars", ctx.gate.estimate));
+    if let Some(reason) = answer["reason"].as_str() {
+        attrs.push(KeyValue::new("spendgate.denial_code", reason.to_owned()));
+    }
+    if let Some(feature) = &ctx.gate.feature {
+        attrs.push(KeyValue::new("spendgate.feature", feature.clone()));
+    }
 }
 
 struct GateContext<'a> {

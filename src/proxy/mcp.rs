@@ -218,6 +218,23 @@ pub async fn budget_check(
             return Err(crate::budgets::admission_error(&entity, &error));
         }
     };
+    crate::telemetry::governed::note(&req, |attrs| {
+        use opentelemetry::KeyValue;
+        let allowed = answer["allowed"].as_bool().unwrap_or(false);
+        attrs.push(KeyValue::new("spendgate.api_key.id", key.key_id.clone()));
+        attrs.push(KeyValue::new("spendgate.decision", if allowed { "allowed" } else { "denied" }));
+        attrs.push(KeyValue::new("spendgate.estimate_microdollars", estimate));
+        if let Some(code) = answer["code"].as_str() {
+            attrs.push(KeyValue::new("spendgate.denial_code", code.to_owned()));
+        }
+        let budget = &answer["budget"];
+        if let (Some(t), Some(id)) = (budget["entity_type"].as_str(), budget["entity_id"].as_str()) {
+            attrs.push(KeyValue::new("spendgate.budget.entity", format!("{t}:{id}")));
+        }
+        if let Some(tool) = &input.tool_name {
+            attrs.push(KeyValue::new("gen_ai.tool.name", tool.clone()));
+        }
+    });
     Ok(HttpResponse::Ok().json(answer))
 }
 
@@ -266,9 +283,25 @@ pub async fn record_event(
         defer: None,
     };
     let call = call_of(&key, PROVIDER, &input.tool_name, now);
+    crate::telemetry::governed::note(&req, |attrs| {
+        use opentelemetry::KeyValue;
+        attrs.push(KeyValue::new("spendgate.api_key.id", key.key_id.clone()));
+        attrs.push(KeyValue::new("gen_ai.tool.name", input.tool_name.clone()));
+        attrs.push(KeyValue::new("spendgate.tool.server", input.tool_server.clone()));
+        attrs.push(KeyValue::new("spendgate.cost_microdollars", cost));
+        if let Some(c) = &customer {
+            attrs.push(KeyValue::new("spendgate.customer.id", c.clone()));
+        }
+        if let Some(s) = &input.session_id {
+            attrs.push(KeyValue::new("spendgate.session.id", s.clone()));
+        }
+    });
     let mut reservation =
         Reservation::acquire(&state, Ask { keys: &keys, reserve: &reserve, call, refused }).await?;
     let budget_status = reservation.budget_status();
+    crate::telemetry::governed::note(&req, |attrs| {
+        attrs.push(opentelemetry::KeyValue::new("spendgate.budget_status", budget_status));
+    });
     let mut event = event::build(
         EventSpec {
             key: &key,

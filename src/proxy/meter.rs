@@ -53,6 +53,10 @@ pub struct Seen {
     pub end: End,
     pub usage: Option<Usage>,
     pub response_id: Option<String>,
+    /// The model that answered, as the provider names it.
+    pub model: Option<String>,
+    /// Why the generation stopped, as the provider says it.
+    pub finish_reason: Option<usage::FinishReason>,
     pub tool_calls: Vec<ToolCall>,
     /// Tools the provider ran itself (Responses built-in tools).
     pub builtin_calls: Vec<BuiltinCall>,
@@ -70,6 +74,8 @@ impl Seen {
             end: End::Cancelled,
             usage: None,
             response_id: None,
+            model: None,
+            finish_reason: None,
             tool_calls: Vec::new(),
             builtin_calls: Vec::new(),
             body: None,
@@ -84,6 +90,8 @@ impl Seen {
         if let Some((format, body)) = self.json.take() {
             let details = json_details(format, &body);
             (self.usage, self.response_id, self.tool_calls) = (details.usage, details.id, details.tool_calls);
+            self.model = details.model;
+            self.finish_reason = details.finish_reason;
             self.builtin_calls = details.builtin_calls;
         }
         self
@@ -224,24 +232,26 @@ impl<S> Metered<S> {
             &mut self.mode,
             Mode::Json { format: WireFormat::OpenAiChat, buf: Vec::new(), overflow: true },
         );
-        let (usage, response_id, tool_calls, builtin_calls, json) = match mode {
+        let (usage, response_id, model, finish_reason, tool_calls, builtin_calls, json) = match mode {
             // Read later, by `Seen::read`, off the response path.
             Mode::Json { format, buf, overflow } => {
                 let json = (!overflow && !buf.is_empty()).then_some((format, buf));
-                (None, None, Vec::new(), Vec::new(), json)
+                (None, None, None, None, Vec::new(), Vec::new(), json)
             }
-            Mode::Sse { usage, .. } | Mode::SseStripUsage { usage, .. } => {
+            Mode::Sse { mut usage, .. } | Mode::SseStripUsage { mut usage, .. } => {
                 if end == End::Completed && !usage.complete() {
                     end = End::Incomplete;
                 }
                 let id = usage.response_id().map(str::to_owned);
+                let model = usage.take_model();
+                let reason = usage.finish_reason();
                 let calls = usage.tool_calls().to_vec();
                 let builtin = usage.builtin_calls().to_vec();
-                (usage.finish(), id, calls, builtin, None)
+                (usage.finish(), id, model, reason, calls, builtin, None)
             }
         };
         let body = self.record.take();
-        finish(Seen { end, usage, response_id, tool_calls, builtin_calls, body, json });
+        finish(Seen { end, usage, response_id, model, finish_reason, tool_calls, builtin_calls, body, json });
     }
 }
 
@@ -270,6 +280,8 @@ fn event_end(buf: &[u8]) -> Option<usize> {
 struct Details {
     usage: Option<Usage>,
     id: Option<String>,
+    model: Option<String>,
+    finish_reason: Option<usage::FinishReason>,
     tool_calls: Vec<ToolCall>,
     builtin_calls: Vec<BuiltinCall>,
 }
@@ -288,24 +300,33 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
             Details {
                 usage: reader.usage(),
                 id: reader.response_id().map(str::to_owned),
+                model: reader.take_model(),
+                finish_reason: reader.finish_reason(),
                 tool_calls: reader.tool_calls().to_vec(),
                 builtin_calls: reader.builtin_calls().to_vec(),
             }
         }
         WireFormat::Anthropic | WireFormat::Gemini => {
-            let (usage, id, tool_calls) = chat_details(format, body);
-            Details { usage, id, tool_calls, builtin_calls: Vec::new() }
+            let ChatDetails { usage, id, model, finish_reason, tool_calls } = chat_details(format, body);
+            Details { usage, id, model, finish_reason, tool_calls, builtin_calls: Vec::new() }
         }
     }
 }
 
 /// [`json_details`] of the Anthropic and Gemini formats.
-fn chat_details(format: WireFormat, body: &[u8]) -> (Option<Usage>, Option<String>, Vec<ToolCall>) {
+fn chat_details(format: WireFormat, body: &[u8]) -> ChatDetails {
     let gemini = format == WireFormat::Gemini;
     let usage = if gemini { usage::gemini_usage(body) } else { usage::anthropic_usage(body) };
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return (usage, None, Vec::new());
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return ChatDetails { usage, id: None, model: None, finish_reason: None, tool_calls: Vec::new() };
     };
+    // Moved out of the parsed body, not copied.
+    let model = match value[if gemini { "modelVersion" } else { "model" }].take() {
+        serde_json::Value::String(model) => Some(model),
+        _ => None,
+    };
+    let reason = if gemini { &value["candidates"][0]["finishReason"] } else { &value["stop_reason"] };
+    let finish_reason = reason.as_str().filter(|r| !r.is_empty()).map(usage::finish_reason);
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
     let mut calls = Vec::new();
     if gemini {
@@ -316,14 +337,25 @@ fn chat_details(format: WireFormat, body: &[u8]) -> (Option<Usage>, Option<Strin
                 }
             }
         }
-        return (usage, value["responseId"].as_str().map(str::to_owned), calls);
+        let id = value["responseId"].as_str().map(str::to_owned);
+        return ChatDetails { usage, id, model, finish_reason, tool_calls: calls };
     }
     for block in value["content"].as_array().into_iter().flatten() {
         if block["type"] == "tool_use" {
             calls.push(ToolCall { id: text(&block["id"]), name: text(&block["name"]) });
         }
     }
-    (usage, value["id"].as_str().map(str::to_owned), calls)
+    let id = value["id"].as_str().map(str::to_owned);
+    ChatDetails { usage, id, model, finish_reason, tool_calls: calls }
+}
+
+/// What [`chat_details`] read.
+struct ChatDetails {
+    usage: Option<Usage>,
+    id: Option<String>,
+    model: Option<String>,
+    finish_reason: Option<usage::FinishReason>,
+    tool_calls: Vec<ToolCall>,
 }
 
 impl<S, E> Stream for Metered<S>
@@ -474,10 +506,12 @@ mod tests {
 
     #[test]
     fn json_tool_calls_and_ids() {
-        let body = br#"{"id":"msg_1","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}],"usage":{"input_tokens":5,"output_tokens":2}}"#;
-        let (usage, id, calls) = chat_details(WireFormat::Anthropic, body);
+        let body = br#"{"id":"msg_1","model":"claude-sonnet-4-5-20250929","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}],"usage":{"input_tokens":5,"output_tokens":2}}"#;
+        let ChatDetails { usage, id, model, tool_calls: calls, .. } =
+            chat_details(WireFormat::Anthropic, body);
         assert_eq!(usage.unwrap().output_tokens, 2);
         assert_eq!(id.as_deref(), Some("msg_1"));
+        assert_eq!(model.as_deref(), Some("claude-sonnet-4-5-20250929"));
         assert_eq!(calls, vec![ToolCall { id: "toolu_1".into(), name: "get_weather".into() }]);
     }
 

@@ -26,6 +26,7 @@ pub mod reservation;
 pub mod route;
 pub mod settlement;
 pub mod trace;
+pub mod traced;
 pub mod upstream;
 pub mod usage;
 

@@ -32,6 +32,7 @@ use super::forward::{self, Forwarded};
 use super::meter::{Metered, Seen};
 use super::reservation::{Ask, Reservation};
 use super::settlement::Settlement;
+use super::traced;
 use super::upstream::{self, Route};
 use crate::accounting::targets::entity_keys;
 use crate::error::{ApiError, ErrorCode};
@@ -91,13 +92,16 @@ async fn handle(
     route: Route,
     path_model: Option<String>,
 ) -> HttpResponse {
+    let started = Instant::now();
+    let trace = state.telemetry.as_ref().and_then(|_| traced::start(&req, route, started));
     let mut common = Common {
-        started: Instant::now(),
+        started,
         timing: Timing::default(),
         request_id: None,
         session: None,
         version: crate::API_VERSION.to_owned(),
         rate_limit: None,
+        trace,
     };
     let result = proxy(&req, body, &state, route, path_model, &mut common).await;
     let mut res = match result {
@@ -107,6 +111,9 @@ async fn handle(
             if e.code.status() == StatusCode::TOO_MANY_REQUESTS || e.headers.iter().any(|(n, _)| n == DENIED)
             {
                 state.metrics.proxy_requests.with_label_values(&[route.provider().as_str(), "denied"]).inc();
+            }
+            if let (Some(telemetry), Some(trace)) = (&state.telemetry, common.trace.take()) {
+                traced::refused(telemetry, *trace, &e);
             }
             e.error_response()
         }
@@ -124,10 +131,17 @@ async fn proxy(
     common: &mut Common,
 ) -> Result<HttpResponse, ApiError> {
     let mut admitted = admission::admit(req, payload, state, route, path_model, common).await?;
+    if let Some(trace) = common.trace.as_mut() {
+        trace.admitted = Some(traced::admitted(&admitted));
+    }
     let plan = clamp::plan(state, &admitted);
 
     let budget_started = Instant::now();
-    let reservation = reserve(state, &admitted, &plan).await?;
+    let reserved = reserve(state, &admitted, &plan).await;
+    if let Some(trace) = common.trace.as_mut() {
+        trace.reservation = Some((budget_started, Instant::now()));
+    }
+    let reservation = reserved?;
     // An `exactCeiling` budget may have granted less than the estimate: the call is
     // clamped to it, and what it holds is its estimate from here on.
     let clamped = match clamp::apply(&mut admitted, &reservation, &plan) {
@@ -144,6 +158,11 @@ async fn proxy(
     let estimate = reservation.granted();
     let snapshots = reservation.snapshots();
     common.timing.budget = Some(budget_started.elapsed());
+    if let Some(trace) = common.trace.as_mut() {
+        trace.tightest = super::denial::tightest(&snapshots)
+            .map(|(entity, _)| format!("{}:{}", entity.entity_type.as_str(), entity.entity_id));
+        trace.upstream_started = Some(Instant::now());
+    }
 
     // An error here drops the reservation, which releases every hold. A client that
     // goes away first aborts the provider call (its request is dropped) and is charged
@@ -153,7 +172,8 @@ async fn proxy(
         () = super::peer::gone(req) => None,
     };
     let Some(Forwarded { response, strip_usage, upstream_time }) = sent else {
-        return Err(client_gone(state, reservation, admitted, estimate, common));
+        let trace = common.trace.take();
+        return Err(client_gone(state, reservation, admitted, estimate, common, trace));
     };
     common.timing.upstream = upstream_time;
 
@@ -165,12 +185,17 @@ async fn proxy(
     if !status.is_success() {
         // Upstream errors pass through as they are; nothing was spent.
         state.metrics.proxy_requests.with_label_values(&[admitted.provider.as_str(), "upstream_error"]).inc();
+        if let (Some(telemetry), Some(trace)) = (&state.telemetry, common.trace.take()) {
+            traced::upstream_error(telemetry, &trace, reservation.budget_status(), status);
+        }
         reservation.release().await;
         return Ok(builder.streaming(response));
     }
     let sse = is_event_stream(&response);
     let length = passed_length(&response, sse);
     let record_bodies = admitted.key.plan.is_paid();
+    // Content capture (opt-in) needs the answer's bytes whatever the plan.
+    let keep_answer = record_bodies || state.telemetry.as_ref().is_some_and(|t| t.capture_content);
     let format = admitted.route.format();
     let EndWaits { recorded, room_freed, durable } =
         end_waits(state.config.durable_answers, reservation.exact_ceiling());
@@ -184,17 +209,11 @@ async fn proxy(
         record_bodies,
         recorded,
         room_freed,
+        trace: common.trace.take(),
     };
     let finish = Box::new(move |seen: Seen| settlement.spawn(seen));
-    let metered = Metered::new(
-        response,
-        format,
-        sse,
-        strip_usage,
-        record_bodies,
-        state.config.upstream_timeout,
-        finish,
-    );
+    let metered =
+        Metered::new(response, format, sse, strip_usage, keep_answer, state.config.upstream_timeout, finish);
     Ok(match (length, durable) {
         (Some(length), None) => builder.body(SizedStream::new(length, metered)),
         (None, None) => builder.streaming(metered),
@@ -252,6 +271,7 @@ fn client_gone(
     admitted: Admitted,
     estimate: i64,
     common: &Common,
+    trace: Option<Box<crate::telemetry::CallTrace>>,
 ) -> ApiError {
     let settlement = Settlement {
         state: state.clone(),
@@ -263,6 +283,7 @@ fn client_gone(
         record_bodies: false,
         recorded: None,
         room_freed: None,
+        trace,
     };
     settlement.spawn(Seen::cancelled());
     ApiError::new(ErrorCode::UpstreamError, "The client went away before the provider answered")

@@ -66,6 +66,8 @@ pub struct Settlement {
     /// Told once the holds beyond the call's cost are given back (an `exactCeiling`
     /// call: the answer's end waits for it, so the client's next call finds the room).
     pub room_freed: Option<tokio::sync::oneshot::Sender<bool>>,
+    /// The call's OpenTelemetry span data (export on only).
+    pub trace: Option<Box<crate::telemetry::CallTrace>>,
 }
 
 /// A settlement on its way to the writer's thread, handed over when dropped (see
@@ -103,7 +105,10 @@ impl Settlement {
     /// writer's thread before that write puts a syscall, and on two busy cores often a
     /// preemption, in front of it. A handoff whose turn never comes (the worker stopping)
     /// happens when its task is dropped, so no call goes unrecorded.
-    pub fn spawn(self, seen: Seen) {
+    pub fn spawn(mut self, seen: Seen) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.ended = Some(Instant::now());
+        }
         let handoff = Handoff(Some((self, seen)));
         if actix::Arbiter::try_current().is_some() {
             actix::spawn(async move { drop(handoff) });
@@ -137,6 +142,10 @@ impl Settlement {
         }
         let mut event = self.event(&seen, &charge);
         self.reservation.attach(&mut event);
+        if let (Some(telemetry), Some(trace)) = (state.telemetry.as_deref(), self.trace.take()) {
+            self.export(telemetry, &trace, &seen, &charge, &event.row);
+        }
+        let a = &self.admitted;
         let request_id = a.headers.request_id.clone();
         let recorded = self.recorded.take();
         let reservation = self.reservation;
@@ -157,6 +166,44 @@ impl Settlement {
         if let Some(recorded) = recorded {
             let _ = recorded.send(committed);
         }
+    }
+
+    /// The call's span and metrics, from its cost event: built once, here, where every
+    /// figure is known.
+    fn export(
+        &self,
+        telemetry: &crate::telemetry::Telemetry,
+        trace: &crate::telemetry::CallTrace,
+        seen: &Seen,
+        charge: &Charge,
+        row: &crate::db::models::CostEvent,
+    ) {
+        let error_type = match seen.end {
+            End::Completed => None,
+            End::Cancelled => Some("cancelled"),
+            End::UpstreamFailed => Some("upstream_failed"),
+            End::TimedOut => Some("timeout"),
+            End::Incomplete => Some("incomplete"),
+        };
+        let content = telemetry.capture_content.then(|| {
+            let answer = seen.body.as_ref().map_or(&[][..], |(bytes, _)| bytes.as_slice());
+            (&self.admitted.body[..], answer)
+        });
+        let outcome = crate::telemetry::Outcome {
+            response_id: seen.response_id.as_deref(),
+            response_model: seen.model.as_deref(),
+            finish_reason: seen.finish_reason.as_deref(),
+            input_tokens: charge.usage.map(|_| row.input_tokens),
+            output_tokens: charge.usage.map(|_| row.output_tokens),
+            cost_microdollars: Some(row.cost_microdollars),
+            estimated: row.estimated,
+            budget_status: Some(&row.budget_status),
+            denial_code: None,
+            error_type: error_type.map(std::borrow::Cow::Borrowed),
+            estimated_reasons: &charge.estimated,
+            content,
+        };
+        telemetry.record_call(trace, &outcome, trace.ended.unwrap_or_else(Instant::now));
     }
 
     fn event(&self, seen: &Seen, charge: &Charge) -> NewCostEvent {

@@ -7,6 +7,7 @@
 pub mod browser;
 pub mod connect_proxy;
 pub mod mock;
+pub mod otlp;
 pub mod processor;
 pub mod python;
 pub mod receiver;

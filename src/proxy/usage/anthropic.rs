@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{remember, ProviderUsage, Text, ToolCall};
+use super::{remember, remember_reason, FinishReason, ProviderUsage, Text, ToolCall};
 use crate::pricing::Usage;
 
 // ---------------------------------------------------------------------------------------
@@ -94,6 +94,12 @@ struct AnthropicEvent<'a> {
     content_block: Option<AnthropicBlock<'a>>,
     /// `message_delta`, or a whole message.
     usage: Option<AnthropicRawUsage>,
+    /// `message_delta` (its `stop_reason`).
+    #[serde(borrow)]
+    delta: Option<AnthropicDelta<'a>>,
+    /// A whole message's.
+    #[serde(borrow)]
+    stop_reason: Option<Text<'a>>,
     /// The fields of a whole message.
     #[serde(borrow)]
     id: Option<Text<'a>>,
@@ -101,6 +107,12 @@ struct AnthropicEvent<'a> {
     model: Option<Text<'a>>,
     #[serde(borrow)]
     content: Option<Vec<AnthropicBlock<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicDelta<'a> {
+    #[serde(borrow)]
+    stop_reason: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -133,6 +145,7 @@ struct AnthropicBlock<'a> {
 pub struct AnthropicStreamUsage {
     response_id: Option<String>,
     model: Option<String>,
+    finish_reason: Option<FinishReason>,
     usage: Option<AnthropicRawUsage>,
     tool_calls: Vec<ToolCall>,
     /// `message_stop` arrived (or a whole message was fed).
@@ -188,6 +201,7 @@ impl ProviderUsage for AnthropicStreamUsage {
                 }
             }
             Some("message_delta") => {
+                remember_reason(&mut self.finish_reason, event.delta.and_then(|d| d.stop_reason));
                 if let Some(newer) = event.usage {
                     self.usage.get_or_insert_with(AnthropicRawUsage::default).overlay(newer);
                 }
@@ -199,6 +213,7 @@ impl ProviderUsage for AnthropicStreamUsage {
             }
             Some("message") => {
                 self.stopped = true;
+                remember_reason(&mut self.finish_reason, event.stop_reason);
                 self.on_message(event.id, event.model, event.usage, event.content);
             }
             Some("message_stop") => self.stopped = true,
@@ -215,6 +230,15 @@ impl ProviderUsage for AnthropicStreamUsage {
     /// The model that answered.
     fn model(&self) -> Option<&str> {
         self.model.as_deref()
+    }
+
+    /// `stop_reason` (`end_turn`, `max_tokens`, `tool_use`, ...).
+    fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish_reason.clone()
+    }
+
+    fn take_model(&mut self) -> Option<String> {
+        self.model.take()
     }
 
     /// `tool_use` blocks started so far.

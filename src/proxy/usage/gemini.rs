@@ -3,7 +3,7 @@
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
-use super::{remember, ProviderUsage, Text, ToolCall};
+use super::{remember, remember_reason, FinishReason, ProviderUsage, Text, ToolCall};
 use crate::pricing::Usage;
 
 // ---------------------------------------------------------------------------------------
@@ -87,7 +87,8 @@ struct GeminiPromptFeedback {
 struct GeminiCandidate<'a> {
     #[serde(borrow)]
     content: Option<GeminiContent<'a>>,
-    finish_reason: Option<IgnoredAny>,
+    #[serde(borrow)]
+    finish_reason: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +120,7 @@ struct GeminiFunctionCall<'a> {
 pub struct GeminiStreamUsage {
     response_id: Option<String>,
     model: Option<String>,
+    finish_reason: Option<FinishReason>,
     usage: Option<GeminiRawUsage>,
     tool_calls: Vec<ToolCall>,
     /// A candidate carried a `finishReason`, or the prompt was blocked
@@ -148,7 +150,15 @@ impl ProviderUsage for GeminiStreamUsage {
         }
         self.finished |= response.prompt_feedback.is_some_and(|f| f.block_reason.is_some())
             || response.candidates.iter().flatten().any(|c| c.finish_reason.is_some());
-        let parts = response.candidates.into_iter().flatten().filter_map(|c| c.content?.parts).flatten();
+        let parts = response
+            .candidates
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                remember_reason(&mut self.finish_reason, c.finish_reason);
+                c.content?.parts
+            })
+            .flatten();
         for call in parts.filter_map(|p| p.function_call) {
             let text = |t: Option<Text<'_>>| t.map(|t| t.0.into_owned()).unwrap_or_default();
             self.tool_calls.push(ToolCall { id: text(call.id), name: text(call.name) });
@@ -163,6 +173,15 @@ impl ProviderUsage for GeminiStreamUsage {
     /// The `modelVersion` that answered.
     fn model(&self) -> Option<&str> {
         self.model.as_deref()
+    }
+
+    /// `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, ...).
+    fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish_reason.clone()
+    }
+
+    fn take_model(&mut self) -> Option<String> {
+        self.model.take()
     }
 
     /// `functionCall` parts seen so far.

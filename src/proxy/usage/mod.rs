@@ -98,6 +98,55 @@ impl Text<'_> {
 }
 
 /// Keeps the first non-empty value seen (response ids and models repeat on every chunk).
+/// Why a generation stopped, as the provider says it (`stop`, `length`, `end_turn`,
+/// `MAX_TOKENS`, ...). The common reasons are kept without allocating.
+pub type FinishReason = Cow<'static, str>;
+
+/// The reasons providers commonly give, kept as static strings.
+const KNOWN_FINISH_REASONS: [&str; 24] = [
+    "stop",
+    "length",
+    "tool_calls",
+    "content_filter",
+    "function_call",
+    "end_turn",
+    "max_tokens",
+    "stop_sequence",
+    "tool_use",
+    "pause_turn",
+    "refusal",
+    "STOP",
+    "MAX_TOKENS",
+    "SAFETY",
+    "RECITATION",
+    "OTHER",
+    "BLOCKLIST",
+    "PROHIBITED_CONTENT",
+    "SPII",
+    "MALFORMED_FUNCTION_CALL",
+    "completed",
+    "incomplete",
+    "failed",
+    "cancelled",
+];
+
+/// A finish reason from the provider's text.
+pub fn finish_reason(value: &str) -> FinishReason {
+    match KNOWN_FINISH_REASONS.iter().find(|known| **known == value) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(value.to_owned()),
+    }
+}
+
+/// Keeps the first finish reason seen.
+pub(super) fn remember_reason(slot: &mut Option<FinishReason>, value: Option<Text<'_>>) {
+    if slot.is_none() {
+        if let Some(value) = value.filter(|v| !v.0.is_empty()) {
+            *slot = Some(finish_reason(value.as_str()));
+        }
+    }
+}
+
 pub(super) fn remember(slot: &mut Option<String>, value: Option<Text<'_>>) {
     if slot.is_none() {
         if let Some(value) = value.filter(|v| !v.0.is_empty()) {
@@ -125,6 +174,10 @@ pub trait ProviderUsage {
     fn response_id(&self) -> Option<&str>;
     /// The model that answered, as the provider names it.
     fn model(&self) -> Option<&str>;
+    /// Why the generation stopped (the first choice's or candidate's reason).
+    fn finish_reason(&self) -> Option<FinishReason>;
+    /// Moves the answering model's name out (no copy), once the stream has ended.
+    fn take_model(&mut self) -> Option<String>;
     /// Tool calls requested so far, in order of first appearance.
     fn tool_calls(&self) -> &[ToolCall];
     /// Usage seen so far (the whole usage once complete).
@@ -197,6 +250,14 @@ impl StreamUsage {
 
     pub fn model(&self) -> Option<&str> {
         self.reader().model()
+    }
+
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        self.reader().finish_reason()
+    }
+
+    pub fn take_model(&mut self) -> Option<String> {
+        self.reader_mut().take_model()
     }
 
     pub fn tool_calls(&self) -> &[ToolCall] {

@@ -3,7 +3,7 @@
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
-use super::{remember, ProviderUsage, Text, ToolCall};
+use super::{remember, remember_reason, FinishReason, ProviderUsage, Text, ToolCall};
 use crate::pricing::Usage;
 
 // ---------------------------------------------------------------------------------------
@@ -72,6 +72,8 @@ struct OpenAiChunk<'a> {
 #[derive(Deserialize)]
 struct OpenAiChoice<'a> {
     index: Option<usize>,
+    #[serde(borrow)]
+    finish_reason: Option<Text<'a>>,
     /// Streaming.
     #[serde(borrow)]
     delta: Option<OpenAiToolCalls<'a>>,
@@ -109,6 +111,7 @@ struct OpenAiFunction<'a> {
 pub struct OpenAiStreamUsage {
     response_id: Option<String>,
     model: Option<String>,
+    finish_reason: Option<FinishReason>,
     usage: Option<Usage>,
     tool_calls: Vec<ToolCall>,
     /// `(choice index, tool-call index)` of each entry of `tool_calls`: a streamed call is
@@ -177,6 +180,7 @@ impl ProviderUsage for OpenAiStreamUsage {
         }
         for (position, choice) in chunk.choices.into_iter().flatten().enumerate() {
             let choice_index = choice.index.unwrap_or(position);
+            remember_reason(&mut self.finish_reason, choice.finish_reason);
             for calls in [choice.delta, choice.message].into_iter().flatten() {
                 for (position, call) in calls.tool_calls.into_iter().flatten().enumerate() {
                     let key = (choice_index, call.index.unwrap_or(position));
@@ -194,6 +198,15 @@ impl ProviderUsage for OpenAiStreamUsage {
     /// The model that answered, as the provider names it (often a dated snapshot).
     fn model(&self) -> Option<&str> {
         self.model.as_deref()
+    }
+
+    /// `finish_reason` of the first choice that gave one.
+    fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish_reason.clone()
+    }
+
+    fn take_model(&mut self) -> Option<String> {
+        self.model.take()
     }
 
     /// Tool calls requested so far, in order of first appearance.

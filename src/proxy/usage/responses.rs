@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 
-use super::{remember, ProviderUsage, Text, ToolCall};
+use super::{remember, remember_reason, FinishReason, ProviderUsage, Text, ToolCall};
 use crate::pricing::Usage;
 
 /// A tool the provider ran itself (web search, file search, code interpreter, ...),
@@ -94,6 +94,10 @@ struct ResponseObject<'a> {
     object: Option<Text<'a>>,
     #[serde(borrow)]
     model: Option<Text<'a>>,
+    /// `completed`, `incomplete`, `failed`, ... (a terminal response's is its finish
+    /// reason).
+    #[serde(borrow)]
+    status: Option<Text<'a>>,
     usage: Option<RawUsage>,
     #[serde(borrow)]
     output: Option<Vec<Item<'a>>>,
@@ -116,6 +120,7 @@ struct Event<'a> {
 pub struct ResponsesUsage {
     response_id: Option<String>,
     model: Option<String>,
+    finish_reason: Option<FinishReason>,
     usage: Option<Usage>,
     tool_calls: Vec<ToolCall>,
     builtin: Vec<BuiltinCall>,
@@ -139,6 +144,7 @@ impl ResponsesUsage {
         remember(&mut self.response_id, response.id);
         remember(&mut self.model, response.model);
         if terminal {
+            remember_reason(&mut self.finish_reason, response.status);
             if let Some(usage) = response.usage {
                 self.usage = Some(usage.normalise());
             }
@@ -213,6 +219,15 @@ impl ProviderUsage for ResponsesUsage {
                 }
             }
         }
+    }
+
+    /// The terminal response's `status`.
+    fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish_reason.clone()
+    }
+
+    fn take_model(&mut self) -> Option<String> {
+        self.model.take()
     }
 
     /// The response id (`resp_…`).

@@ -772,3 +772,31 @@ fn responses_and_embeddings_request_summaries() {
     assert_eq!(request_summary_in(WireFormat::OpenAiResponses, br#"{"stream":"yes"}"#), None);
     assert_eq!(request_summary_in(WireFormat::OpenAiEmbeddings, b"[]"), None);
 }
+
+#[test]
+fn finish_reasons_of_every_format() {
+    let reason_of = |provider: Provider, events: &Events| {
+        let mut acc = StreamUsage::new(provider);
+        for (_, data) in events {
+            acc.on_event(data);
+        }
+        acc.finish_reason()
+    };
+    let whole = |body: &str| vec![(String::new(), body.as_bytes().to_vec())];
+    assert_eq!(reason_of(Provider::OpenAi, &whole(OPENAI_BODY)).as_deref(), Some("tool_calls"));
+    let stream = reason_of(Provider::OpenAi, &parse_all(OPENAI_STREAM.as_bytes()));
+    assert!(stream.is_some(), "a stream's finish chunk names its reason");
+    for (provider, body, stream) in [
+        (Provider::Anthropic, ANTHROPIC_BODY, ANTHROPIC_STREAM),
+        (Provider::Google, GEMINI_BODY, GEMINI_STREAM),
+    ] {
+        assert!(reason_of(provider, &whole(body)).is_some(), "{provider:?} body");
+        assert!(reason_of(provider, &parse_all(stream.as_bytes())).is_some(), "{provider:?} stream");
+    }
+    // Common reasons are not allocated; others are kept as they are.
+    assert!(matches!(finish_reason("end_turn"), std::borrow::Cow::Borrowed("end_turn")));
+    assert_eq!(finish_reason("new_reason"), "new_reason");
+    let mut responses = StreamUsage::of_format(WireFormat::OpenAiResponses);
+    responses.on_event(br#"{"type":"response.completed","response":{"id":"resp_1","status":"completed","usage":{"input_tokens":1,"output_tokens":1}}}"#);
+    assert_eq!(responses.finish_reason().as_deref(), Some("completed"));
+}
