@@ -173,6 +173,41 @@ fn check_recorded(db: &str, key_id: &str) {
     }
 }
 
+/// CPU time (user + system, µs) of the processes `pids`, from `/proc` (0 elsewhere).
+fn cpu_us(pids: &[u32]) -> u64 {
+    let tick_us = 1_000_000 / 100; // USER_HZ is 100 on Linux
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+            let rest = stat.rsplit_once(')')?.1;
+            let f: Vec<u64> = rest.split_whitespace().map(|v| v.parse().unwrap_or(0)).collect();
+            Some((f.get(11)? + f.get(12)?) * tick_us)
+        })
+        .sum()
+}
+
+fn postgres_pids() -> Vec<u32> {
+    let out = Command::new("pgrep").arg("-x").arg("postgres").output().map(|o| o.stdout).unwrap_or_default();
+    String::from_utf8_lossy(&out).split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+/// Busy and total jiffies of the whole machine (`/proc/stat`).
+fn machine_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    let total: u64 = f.iter().sum();
+    let idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
 fn report(name: &str, driven: &[Driven], seconds: u64) -> f64 {
     let total: u64 = driven.iter().map(|d| d.requests).sum();
     let errors: u64 = driven.iter().map(|d| d.errors).sum();
@@ -198,6 +233,7 @@ fn phase(
     let (db_url, upstream) = urls;
     let mut env: Vec<(&str, &str)> = env.to_vec();
     env.push(("SPENDGATE_UPSTREAM_OPENAI", upstream));
+    env.push(("SPENDGATE_SECRET_KEY", "cluster-bench-secret-key-0123456789abcdef"));
     let servers: Vec<support::Server> =
         (0..instances).map(|_| support::start(db_url, &env, "CLUSTER_BENCH_LOG")).collect();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -205,8 +241,20 @@ fn phase(
     // Warm up: connections, actors, leases.
     let proxies: Vec<&str> = servers.iter().map(|s| s.proxy.as_str()).collect();
     drive(&proxies, &key, connections, 1);
+    let pids: Vec<u32> = servers.iter().map(support::Server::pid).collect();
+    let pg = postgres_pids();
+    let (cpu0, pg0, machine0) = (cpu_us(&pids), cpu_us(&pg), machine_jiffies());
     let driven = drive(&proxies, &key, connections, seconds);
+    let (cpu1, pg1, machine1) = (cpu_us(&pids), cpu_us(&pg), machine_jiffies());
     let rate = report(name, &driven, seconds);
+    let calls = driven.iter().map(|d| d.requests).sum::<u64>().max(1) as f64;
+    let busy = (machine1.0 - machine0.0) as f64 / ((machine1.1 - machine0.1).max(1)) as f64;
+    println!(
+        "    CPU per call: spendgate {:.0} µs (all instances), PostgreSQL {:.0} µs; machine busy {:.0} %",
+        (cpu1 - cpu0) as f64 / calls,
+        (pg1 - pg0) as f64 / calls,
+        busy * 100.0
+    );
     if let Some(db) = db_url.rsplit('/').next().filter(|_| db_url.starts_with("postgres")) {
         check_recorded(db, &key_id);
     }
