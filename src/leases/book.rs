@@ -32,6 +32,8 @@ pub struct LeaseRequest {
     pub policy: Policy,
     /// Finalization reserve to keep free.
     pub keep_free: i64,
+    /// The budget has `exactCeiling`: it may grant the call less than its estimate.
+    pub exact_ceiling: bool,
 }
 
 /// The leases of this instance (one per budget entity it served), with the metrics
@@ -228,7 +230,15 @@ impl LeaseBook {
         if states.iter().any(|s| s.row.is_none()) {
             return None;
         }
-        let granted = states.iter().map(|s| s.free()).min().unwrap_or(amount).min(amount);
+        // Only an `exactCeiling` budget may grant less than the whole amount.
+        let mut granted = amount;
+        for ((_, request), state) in leases.iter().zip(states.iter()) {
+            let free = state.free();
+            if free < amount && !request.exact_ceiling {
+                return None;
+            }
+            granted = granted.min(free);
+        }
         if granted < least.max(1) {
             return None;
         }

@@ -284,7 +284,12 @@ async fn acquire_shared(
     if let Some(book) = state.budgets.leases().filter(|_| !into_reserve) {
         let requests: Vec<LeaseRequest> = counted
             .iter()
-            .map(|(k, a)| LeaseRequest { key: k.clone(), policy: a.snapshot.policy, keep_free: keep_free(a) })
+            .map(|(k, a)| LeaseRequest {
+                key: k.clone(),
+                policy: a.snapshot.policy,
+                keep_free: keep_free(a),
+                exact_ceiling: a.snapshot.exact_ceiling,
+            })
             .collect();
         match book.acquire(&requests, amount, ask.reserve.floor).await {
             Ok(Some(leased)) => return Ok(Shared::Leased(leased)),
