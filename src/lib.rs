@@ -139,6 +139,7 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
                     actix_web::middleware::from_fn(telemetry::governed::span),
                 ))
                 .wrap(actix_web::middleware::from_fn(api::service_version))
+                .app_data(web::Data::new(telemetry::governed::Exporting(st.telemetry.clone())))
                 .app_data(web::Data::new(st.clone()))
                 .app_data(document.clone())
                 .configure(api::configure)
@@ -166,6 +167,7 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
                     st.telemetry.is_some(),
                     actix_web::middleware::from_fn(telemetry::governed::span),
                 ))
+                .app_data(web::Data::new(telemetry::governed::Exporting(st.telemetry.clone())))
                 .app_data(web::Data::new(st.clone()))
                 .configure(proxy::configure)
         })

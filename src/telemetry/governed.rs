@@ -13,7 +13,6 @@ use actix_web::{web, HttpMessage, HttpRequest};
 use opentelemetry::KeyValue;
 
 use super::spans::{self, Parent};
-use crate::state::AppState;
 
 /// The operation of a request, if it is a governed one.
 pub fn operation_of(method: &Method, path: &str) -> Option<&'static str> {
@@ -40,6 +39,10 @@ pub fn operation_of(method: &Method, path: &str) -> Option<&'static str> {
     }
 }
 
+/// The running export as both listeners' app data (`None`: export is off), so that
+/// this layer needs nothing else of the application's state.
+pub struct Exporting(pub Option<std::sync::Arc<super::Telemetry>>);
+
 /// What a handler decided, for its operation's span.
 #[derive(Debug, Default)]
 struct Notes(Vec<KeyValue>);
@@ -47,7 +50,7 @@ struct Notes(Vec<KeyValue>);
 /// Adds attributes to the span of this request's operation (nothing when export is
 /// off).
 pub fn note(req: &HttpRequest, add: impl FnOnce(&mut Vec<KeyValue>)) {
-    let on = req.app_data::<web::Data<AppState>>().is_some_and(|s| s.telemetry.is_some());
+    let on = req.app_data::<web::Data<Exporting>>().is_some_and(|e| e.0.is_some());
     if on {
         let mut ext = req.extensions_mut();
         match ext.get_mut::<Notes>() {
@@ -68,8 +71,8 @@ pub async fn span(
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let traced = req
-        .app_data::<web::Data<AppState>>()
-        .and_then(|s| s.telemetry.clone())
+        .app_data::<web::Data<Exporting>>()
+        .and_then(|e| e.0.clone())
         .and_then(|t| Some((t, operation_of(req.method(), req.path())?, Instant::now())));
     let res = next.call(req).await?;
     if let Some((telemetry, operation, started)) = traced {
