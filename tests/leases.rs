@@ -55,6 +55,15 @@ async fn strict_key_budget(owner: &Client, key_id: &str, limit: i64) {
     assert!(r.status == 201 || r.status == 200, "{r:?}");
 }
 
+/// An instance on a fresh database, its owner, and a key with a strict budget of `limit`.
+async fn key_with_budget(limit: i64) -> (TestApp, Client, String, String) {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (key_id, raw_key) = create_key(&owner, "agent").await;
+    strict_key_budget(&owner, &key_id, limit).await;
+    (app, owner, key_id, raw_key)
+}
+
 /// `spendgate_budget_lease_operations_total{operation}` of one instance.
 async fn lease_operations(proxy: &Client, operation: &str) -> f64 {
     let metrics = proxy.get("/health/metrics").await;
@@ -89,10 +98,7 @@ async fn calls_take_their_room_from_a_lease_that_returns_it_when_quiet() {
     if !backend_is_postgres() {
         return;
     }
-    let app = TestApp::start().await;
-    let owner = app.owner().await;
-    let (key_id, raw_key) = create_key(&owner, "agent").await;
-    strict_key_budget(&owner, &key_id, 1_000_000_000).await;
+    let (app, _owner, key_id, raw_key) = key_with_budget(1_000_000_000).await;
     let proxy = key_client(&app.server.proxy, &raw_key);
     for _ in 0..48 {
         let r = proxy.post("/v1/mcp/events", tool(100)).await;
@@ -121,10 +127,7 @@ async fn a_budget_change_returns_the_leased_room_on_every_instance() {
     if !backend_is_postgres() {
         return;
     }
-    let app = TestApp::start().await;
-    let owner = app.owner().await;
-    let (key_id, raw_key) = create_key(&owner, "agent").await;
-    strict_key_budget(&owner, &key_id, 1_000_000_000).await;
+    let (app, owner, key_id, raw_key) = key_with_budget(1_000_000_000).await;
     // The holder would keep its room for a minute on its own.
     let holder = Server::start(&app.db.url, &[("SPENDGATE_BUDGET_LEASE_IDLE_MS", "60000".to_owned())]);
     let r = key_client(&holder.proxy, &raw_key).post("/v1/mcp/events", tool(100)).await;
@@ -155,10 +158,7 @@ async fn an_instance_refused_gets_the_room_another_holds_unused() {
     // room is more); the other finds a quarter of what is left below its slice and is
     // arbitrated call by call.
     const LIMIT: i64 = 6_800;
-    let app = TestApp::start().await;
-    let owner = app.owner().await;
-    let (key_id, raw_key) = create_key(&owner, "agent").await;
-    strict_key_budget(&owner, &key_id, LIMIT).await;
+    let (app, _owner, key_id, raw_key) = key_with_budget(LIMIT).await;
     let holder = Server::start(&app.db.url, &[("SPENDGATE_BUDGET_LEASE_IDLE_MS", "60000".to_owned())]);
     let r = key_client(&holder.proxy, &raw_key).post("/v1/mcp/events", tool(COST)).await;
     assert_eq!(r.status, 201, "{r:?}");
@@ -195,10 +195,7 @@ async fn a_killed_instance_leaves_its_room_to_the_survivor_once_its_heartbeat_la
     }
     const COST: i64 = 100;
     const LIMIT: i64 = 20_000;
-    let app = TestApp::start().await;
-    let owner = app.owner().await;
-    let (key_id, raw_key) = create_key(&owner, "agent").await;
-    strict_key_budget(&owner, &key_id, LIMIT).await;
+    let (app, _owner, key_id, raw_key) = key_with_budget(LIMIT).await;
     let mut victim = Server::start(&app.db.url, &[]);
     let survivor = key_client(&app.server.proxy, &raw_key);
     let doomed = key_client(&victim.proxy, &raw_key);

@@ -324,17 +324,18 @@ pub struct LeaseUse {
     pub amount: i64,
 }
 
-/// `consume_leases!(conn, uses, aw)`: in the accounting commit, lowers each lease of
-/// `uses` (an iterator of `&LeaseUse`) by what its calls consumed, in id order, and
-/// evaluates to the [`Freed`](crate::db::shared_budgets::Freed) budgets (unsorted):
-/// their `reserved` goes down by as much, in lock order with the spend updates. A
-/// lease that is gone or holds less than that is left alone (its budget's `reserved`
-/// then stays higher than its slices: safe, and returned when the lease row goes).
-/// Same conventions as `shared_budgets::take_holds!`.
+/// `consume_leases!(conn, uses, held, aw)`: in the accounting commit, lowers each lease
+/// of `uses` (an iterator of `&LeaseUse`) by what its calls consumed, in id order, and
+/// adds that to `held` (budget id → amount to free, see
+/// `shared_budgets::freed_in_lock_order!`): their `reserved` goes down by as much, in
+/// lock order with the spend updates. A lease that is gone or holds less than that is
+/// left alone (its budget's `reserved` then stays higher than its slices: safe, and
+/// returned when the lease row goes). Same conventions as `shared_budgets::take_holds!`.
 macro_rules! consume_leases {
-    ($conn:expr, $uses:expr, $($aw:tt)*) => {{
-        use $crate::db::schema::{budget_leases as l, budgets as b};
+    ($conn:expr, $uses:expr, $held:expr, $($aw:tt)*) => {{
+        use $crate::db::schema::budget_leases as l;
         use diesel::OptionalExtension as _;
+        let held: &mut std::collections::HashMap<String, i64> = $held;
         let mut by_lease: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
         for u in $uses {
             let u: &$crate::db::budget_leases::LeaseUse = u;
@@ -343,7 +344,6 @@ macro_rules! consume_leases {
                 *sum = sum.saturating_add(u.amount);
             }
         }
-        let mut held: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
         for (lease_id, amount) in by_lease {
             let budget_id: Option<String> = diesel::update(
                 l::table.filter(l::id.eq(lease_id)).filter(l::amount_microdollars.ge(amount)),
@@ -357,18 +357,6 @@ macro_rules! consume_leases {
                 *sum = sum.saturating_add(amount);
             }
         }
-        let mut freed: Vec<$crate::db::shared_budgets::Freed> = Vec::with_capacity(held.len());
-        if !held.is_empty() {
-            let rows: Vec<(String, String, String, String)> = b::table
-                .filter(b::id.eq_any(held.keys()))
-                .select((b::id, b::org_id, b::entity_type, b::entity_id))
-                .load($conn) $($aw)* ?;
-            for (budget_id, org_id, entity_type, entity_id) in rows {
-                let amount = held.get(&budget_id).copied().unwrap_or(0);
-                freed.push($crate::db::shared_budgets::Freed { org_id, entity_type, entity_id, budget_id, amount });
-            }
-        }
-        freed
     }};
 }
 pub(crate) use consume_leases;

@@ -241,23 +241,19 @@ macro_rules! commit_statements {
         // duplicate's request held budget too) leave `reserved` in this transaction:
         // their rows are deleted now, before any budget row is locked, and each
         // budget's reserved goes down in lock order, interleaved with the spend updates.
-        let mut freed = crate::db::shared_budgets::take_holds!(
-            $conn, events.iter().flat_map(|e| e.holds.iter()), $($aw)*
+        let mut held = HashMap::new();
+        crate::db::shared_budgets::take_holds!(
+            $conn, events.iter().flat_map(|e| e.holds.iter()), &mut held, $($aw)*
         );
         // Leases are consumed for inserted events only: a duplicate is a retried
         // commit whose first attempt consumed them already.
-        let consumed = crate::db::budget_leases::consume_leases!(
+        crate::db::budget_leases::consume_leases!(
             $conn,
             events.iter().filter(|e| inserted_ids.contains(&e.row.id)).flat_map(|e| e.leased.iter()),
+            &mut held,
             $($aw)*
         );
-        if !consumed.is_empty() {
-            freed.extend(consumed);
-            freed.sort_by(|x, y| {
-                (&x.org_id, &x.entity_type, &x.entity_id).cmp(&(&y.org_id, &y.entity_type, &y.entity_id))
-            });
-        }
-        let mut freed = freed.into_iter().peekable();
+        let mut freed = crate::db::shared_budgets::freed_in_lock_order!($conn, held, $($aw)*).into_iter().peekable();
         let mut outbox = plan.outbox;
         let mut changes = Vec::new();
         for (target, (added, contributions, unreserved)) in plan.sums {

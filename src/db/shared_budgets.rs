@@ -145,15 +145,16 @@ impl Freed {
 /// or closure returning `Result<_, E>` with `E: From<diesel::result::Error>`, and need
 /// diesel's `ExpressionMethods`, `QueryDsl` and a `RunQueryDsl` in scope.
 ///
-/// `take_holds!(conn, holds, aw)`: deletes the `budget_reservations` rows of `holds`
-/// (an iterator of `&SharedHold`) and evaluates to the [`Freed`] budgets, sorted in
-/// lock order. Only rows this DELETE removed count: a hold the reaper (or anyone)
-/// freed first is not subtracted again. No query at all when `holds` is empty.
+/// `take_holds!(conn, holds, held, aw)`: deletes the `budget_reservations` rows of
+/// `holds` (an iterator of `&SharedHold`) and adds what each held to `held` (a
+/// `&mut HashMap<String, i64>` of budget id → amount to free). Only rows this DELETE
+/// removed count: a hold the reaper (or anyone) freed first is not subtracted again.
+/// No query at all when `holds` is empty.
 macro_rules! take_holds {
-    ($conn:expr, $holds:expr, $($aw:tt)*) => {{
-        use $crate::db::schema::{budget_reservations as r, budgets as b};
+    ($conn:expr, $holds:expr, $held:expr, $($aw:tt)*) => {{
+        use $crate::db::schema::budget_reservations as r;
+        let held: &mut std::collections::HashMap<String, i64> = $held;
         let ids: Vec<&str> = $holds.map(|h: &$crate::db::shared_budgets::SharedHold| h.id.as_str()).collect();
-        let mut held: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
         for chunk in ids.chunks($crate::db::shared_budgets::FREE_CHUNK) {
             let rows: Vec<(String, i64)> = diesel::delete(r::table.filter(r::id.eq_any(chunk)))
                 .returning((r::budget_id, r::amount_microdollars))
@@ -163,6 +164,17 @@ macro_rules! take_holds {
                 *sum = sum.saturating_add(amount);
             }
         }
+    }};
+}
+pub(crate) use take_holds;
+
+/// `freed_in_lock_order!(conn, held, aw)`: the [`Freed`] budgets of `held` (budget id →
+/// amount, as [`take_holds!`] and `budget_leases::consume_leases!` fill it), with their
+/// entities, sorted in lock order. No query when `held` is empty.
+macro_rules! freed_in_lock_order {
+    ($conn:expr, $held:expr, $($aw:tt)*) => {{
+        use $crate::db::schema::budgets as b;
+        let held: std::collections::HashMap<String, i64> = $held;
         let mut freed: Vec<$crate::db::shared_budgets::Freed> = Vec::with_capacity(held.len());
         if !held.is_empty() {
             let rows: Vec<(String, String, String, String)> = b::table
@@ -180,7 +192,7 @@ macro_rules! take_holds {
         freed
     }};
 }
-pub(crate) use take_holds;
+pub(crate) use freed_in_lock_order;
 
 /// `free_upto!(conn, freed, bound, aw)`: `freed` is a `Peekable` iterator of
 /// [`Freed`] in lock order; frees (see `free_reserved!`) every one at or before
@@ -383,7 +395,9 @@ pub async fn release(pool: &Pool, holds: &[SharedHold]) -> DbResult<()> {
     }
     with_tx!(pool, |conn| {
         use diesel_async::RunQueryDsl;
-        let mut freed = take_holds!(conn, holds.iter(), .await).into_iter().peekable();
+        let mut held = std::collections::HashMap::new();
+        take_holds!(conn, holds.iter(), &mut held, .await);
+        let mut freed = freed_in_lock_order!(conn, held, .await).into_iter().peekable();
         free_upto!(conn, freed, None, .await);
         Ok(())
     })

@@ -124,12 +124,10 @@ impl LeaseBook {
         requests.sort_by(|a, b| entity_order(&a.key).cmp(&entity_order(&b.key)));
         let mut leases: Vec<(Arc<Lease>, &LeaseRequest)> =
             requests.iter().map(|r| (self.lease(&r.key), *r)).collect();
-        // A tight lease is taken from under its growth lock only, so that the room a
-        // growth brings goes to the call that asked for it.
-        if !leases.iter().any(|(l, _)| l.state().tight) {
-            if let Some(holds) = self.take(&leases, amount, amount, now) {
-                return Ok(Some(holds));
-            }
+        // A tight lease is taken from under its growth lock only (not here), so that
+        // the room a growth brings goes to the call that asked for it.
+        if let Some(holds) = self.take(&leases, Take { amount, least: amount, tight_too: false }, now) {
+            return Ok(Some(holds));
         }
         let (started, mut asked_back) = (std::time::Instant::now(), false);
         loop {
@@ -144,10 +142,10 @@ impl LeaseBook {
                         self.operations.with_label_values(&["refused"]).inc();
                         return Err(AcquireError::Denied { entity_type, entity_id, limit, spend, reserved });
                     }
-                    if !asked_back {
-                        asked_back = true;
+                    if !asked_back && self.first_to_ask(&leases, &entity_type, &entity_id) {
                         budget_leases::ask_back(&self.pool, entity).await.map_err(AcquireError::Db)?;
                     }
+                    asked_back = true;
                     tokio::time::sleep(ASK_BACK_POLL).await;
                 }
                 Err(e) => return Err(e),
@@ -170,7 +168,7 @@ impl LeaseBook {
                 guards.push(lease.grow.lock().await);
             }
             let now = time::now_ms();
-            if let Some(holds) = self.take(leases, amount, amount, now) {
+            if let Some(holds) = self.take(leases, Take { amount, least: amount, tight_too: true }, now) {
                 return Ok(holds);
             }
             let asks: Vec<(usize, LeaseAsk)> = leases
@@ -209,7 +207,7 @@ impl LeaseBook {
                 leases.remove(i);
             }
             let least = floor.unwrap_or(amount).min(amount);
-            if let Some(holds) = self.take(leases, amount, least, time::now_ms()) {
+            if let Some(holds) = self.take(leases, Take { amount, least, tight_too: true }, time::now_ms()) {
                 return Ok(holds);
             }
             drop(guards);
@@ -217,17 +215,41 @@ impl LeaseBook {
         Err(AcquireError::Db(crate::db::DbError::unavailable("budget leases kept running short; try again")))
     }
 
-    /// Takes the same hold from every lease's free room, all or nothing: `amount`, or
-    /// down to `least` when some lease has less. Locks the leases in entity order.
+    /// Asking other instances for their room back is written once per budget and
+    /// [`ASK_BACK_PATIENCE`] by this instance, however many of its calls are refused.
+    fn first_to_ask(
+        &self,
+        leases: &[(Arc<Lease>, &LeaseRequest)],
+        entity_type: &str,
+        entity_id: &str,
+    ) -> bool {
+        let Some((lease, _)) = leases
+            .iter()
+            .find(|(l, _)| l.key.entity_type.as_str() == entity_type && l.key.entity_id == entity_id)
+        else {
+            return true;
+        };
+        let now = time::now_ms();
+        let patience = i64::try_from(ASK_BACK_PATIENCE.as_millis()).unwrap_or(i64::MAX);
+        let mut state = lease.state();
+        if now - state.asked_back_at < patience {
+            return false;
+        }
+        state.asked_back_at = now;
+        true
+    }
+
+    /// Takes the same hold from every lease's free room, all or nothing (see [`Take`]).
+    /// Locks the leases in entity order.
     fn take(
         self: &Arc<Self>,
         leases: &[(Arc<Lease>, &LeaseRequest)],
-        amount: i64,
-        least: i64,
+        take: Take,
         now: i64,
     ) -> Option<LeaseHolds> {
+        let Take { amount, least, tight_too } = take;
         let mut states: Vec<MutexGuard<'_, LeaseState>> = leases.iter().map(|(l, _)| l.state()).collect();
-        if states.iter().any(|s| s.row.is_none()) {
+        if states.iter().any(|s| s.row.is_none() || (s.tight && !tight_too)) {
             return None;
         }
         // Only an `exactCeiling` budget may grant less than the whole amount.
@@ -341,6 +363,16 @@ impl LeaseBook {
             }
         }
     }
+}
+
+/// What a call takes from its leases: `amount`, or down to `least` when an
+/// `exactCeiling` budget's lease has less; `tight_too`: also from tight leases (only
+/// under their growth locks).
+#[derive(Debug, Clone, Copy)]
+struct Take {
+    amount: i64,
+    least: i64,
+    tight_too: bool,
 }
 
 /// How often each instance looks for leases of dead instances.

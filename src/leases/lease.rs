@@ -35,6 +35,8 @@ pub(super) struct LeaseState {
     pub(super) in_flight: i64,
     pub(super) tight: bool,
     pub(super) last_used: i64,
+    /// When this instance last asked the others for their room on this budget.
+    pub(super) asked_back_at: i64,
     window_start: i64,
     taken_now: i64,
     taken_before: i64,
