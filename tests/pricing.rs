@@ -128,13 +128,13 @@ async fn openai_gpt_5_4_long_context_and_gemini_2_0_flash_are_priced() {
     assert_eq!(s.priced("gemini-2.0-flash").await, 80 + 5 + 240);
 }
 
-/// The OpenAI fallback: gpt-4's $30 input and gpt-5.6-cyber's long-context $112.50 output.
-const OPENAI_FALLBACK: (i64, i64) = (30, 112_500_000);
+/// The OpenAI fallback: o1-pro's $150 input and $600 output, the provider's highest.
+const OPENAI_FALLBACK: (i64, i64) = (150, 600_000_000);
 
 #[tokio::test]
 async fn unknown_models_are_charged_reported_usage_at_the_fallback_and_listed() {
     let s = setup_with(&[]).await;
-    // With usage: 1,000 input × $30 + 500 output × $112.50, whatever the request's size.
+    // With usage: 1,000 input × $150 + 500 output × $600, whatever the request's size.
     s.send(
         "/v1/chat/completions",
         &openai("gpt-unreleased-9", json!({ "usage": { "input": 1000, "output": 500 } })),
@@ -145,7 +145,7 @@ async fn unknown_models_are_charged_reported_usage_at_the_fallback_and_listed() 
     s.send("/v1/chat/completions", &no_usage).await;
     let events = s.events_of("gpt-unreleased-9", 2).await;
     let with = events.iter().find(|e| e["inputTokens"] == 1000).unwrap();
-    assert_eq!(with["costMicrodollars"], 30_000 + 56_250, "{with}");
+    assert_eq!(with["costMicrodollars"], 150_000 + 300_000, "{with}");
     assert_eq!(with["tags"]["_svc_unknown_model"], "true");
     assert_eq!(with["tags"]["_svc_estimated"], "true");
     let without = events.iter().find(|e| e["inputTokens"] == 0).unwrap();

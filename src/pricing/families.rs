@@ -160,6 +160,153 @@ fn openai_reasoning_models() {
     ]);
 }
 
+/// Every model OpenAI's Responses API serves (the OpenAI pricing page's text models,
+/// checked 2026-12-07), dated snapshots included. Each has its own price in the table:
+/// none is charged the fallback.
+const RESPONSES_MODELS: &[&str] = &[
+    "chat-latest",
+    "computer-use-preview",
+    "computer-use-preview-2025-03-11",
+    "daybreak-blue-latest",
+    "daybreak-red-latest",
+    "gpt-daybreak-blue-latest",
+    "gpt-daybreak-red-latest",
+    "gpt-4o",
+    "gpt-4o-2024-05-13",
+    "gpt-4o-2024-08-06",
+    "gpt-4o-2024-11-20",
+    "gpt-4o-mini",
+    "gpt-4o-mini-2024-07-18",
+    "gpt-4.1",
+    "gpt-4.1-2025-04-14",
+    "gpt-4.1-mini",
+    "gpt-4.1-mini-2025-04-14",
+    "gpt-4.1-nano",
+    "gpt-4.1-nano-2025-04-14",
+    "gpt-5",
+    "gpt-5-2025-08-07",
+    "gpt-5-chat",
+    "gpt-5-chat-latest",
+    "gpt-5-mini",
+    "gpt-5-mini-2025-08-07",
+    "gpt-5-nano",
+    "gpt-5-nano-2025-08-07",
+    "gpt-5-pro",
+    "gpt-5-pro-2025-10-06",
+    "gpt-5-codex",
+    "gpt-5.1",
+    "gpt-5.1-2025-11-13",
+    "gpt-5.1-chat-latest",
+    "gpt-5.1-codex",
+    "gpt-5.1-codex-max",
+    "gpt-5.1-codex-mini",
+    "gpt-5.2",
+    "gpt-5.2-2025-12-11",
+    "gpt-5.2-chat-latest",
+    "gpt-5.2-codex",
+    "gpt-5.2-pro",
+    "gpt-5.2-pro-2025-12-11",
+    "gpt-5.3-chat-latest",
+    "gpt-5.3-codex",
+    "gpt-5.4",
+    "gpt-5.4-2026-03-05",
+    "gpt-5.4-mini",
+    "gpt-5.4-mini-2026-03-17",
+    "gpt-5.4-nano",
+    "gpt-5.4-nano-2026-03-17",
+    "gpt-5.4-pro",
+    "gpt-5.4-pro-2026-03-05",
+    "gpt-5.5",
+    "gpt-5.5-2026-04-23",
+    "gpt-5.5-pro",
+    "gpt-5.5-pro-2026-04-23",
+    "gpt-5.6",
+    "gpt-5.6-cyber",
+    "gpt-5.6-luna",
+    "gpt-5.6-sol",
+    "gpt-5.6-terra",
+    "gpt-6-astra",
+    "gpt-6-astra-law",
+    "gpt-6-cyber",
+    "gpt-6-luna",
+    "gpt-6-sol",
+    "gpt-6.1-sol",
+    "gpt-6.1-terra",
+    "o1",
+    "o1-2024-12-17",
+    "o1-pro",
+    "o1-pro-2025-03-19",
+    "o3",
+    "o3-2025-04-16",
+    "o3-mini",
+    "o3-mini-2025-01-31",
+    "o3-pro",
+    "o3-pro-2025-06-10",
+    "o3-deep-research",
+    "o3-deep-research-2025-06-26",
+    "o4-mini",
+    "o4-mini-2025-04-16",
+    "o4-mini-deep-research",
+    "o4-mini-deep-research-2025-06-26",
+    "codex-mini-latest",
+];
+
+/// Responses models the table leaves unpriced on purpose (audio tokens cost more than the
+/// text rates the table can say), with their highest published price per million tokens
+/// (input, output): the fallback must charge at least that.
+const RESPONSES_UNPRICED: &[(&str, i64, i64)] = &[
+    ("gpt-audio", 32_000_000, 64_000_000),
+    ("gpt-audio-2025-08-28", 32_000_000, 64_000_000),
+    ("gpt-audio-mini", 10_000_000, 20_000_000),
+    ("gpt-audio-mini-2025-10-06", 10_000_000, 20_000_000),
+    ("gpt-audio-mini-2025-12-15", 10_000_000, 20_000_000),
+];
+
+#[test]
+fn every_model_of_the_responses_api_is_priced_and_no_unknown_one_below_its_price() {
+    let table = builtin();
+    let unpriced: Vec<&str> =
+        RESPONSES_MODELS.iter().copied().filter(|m| table.lookup("openai", m).is_none()).collect();
+    assert!(unpriced.is_empty(), "charged the fallback: {unpriced:?}");
+    let fallback = table.fallback_price("openai");
+    for &(model, input, output) in RESPONSES_UNPRICED {
+        assert!(table.lookup("openai", model).is_none(), "{model} is priced now: move it");
+        assert!(fallback.input >= input && fallback.output >= output, "{model}");
+    }
+    // The fallback is no lower than any model the Responses API serves.
+    for model in RESPONSES_MODELS {
+        let (_, price) = table.lookup("openai", model).unwrap();
+        let call = usage((10_000, 0, 0, 0, 2_000, 0));
+        assert!(cost(&fallback, &call).total >= cost(price, &call).total, "{model}");
+    }
+}
+
+#[test]
+fn openai_responses_only_models() {
+    // 10,000 prompt tokens (4,000 cached where the model has a cache price), 2,000 output.
+    let call = (10_000, 4_000, 0, 0, 2_000, 1_000);
+    check(&[
+        // $150 / $600, no cache discount: the example, 2,700,000 µ$ uncached.
+        ("openai", "o1-pro", (10_000, 0, 0, 0, 2_000, 0), 1_500_000 + 1_200_000),
+        ("openai", "o1-pro-2025-03-19", call, 1_500_000 + 1_200_000),
+        ("openai", "o3-pro", call, 200_000 + 160_000),
+        ("openai", "gpt-5-pro", call, 150_000 + 240_000),
+        ("openai", "gpt-5.2-pro", call, 210_000 + 336_000),
+        ("openai", "gpt-5.4-pro", call, 300_000 + 360_000),
+        // Above 272,000 prompt tokens: $60 / $270 for the whole call.
+        ("openai", "gpt-5.5-pro", (272_001, 0, 0, 0, 1_000, 0), 16_320_060 + 270_000),
+        // $10 / $2.50 cached / $40.
+        ("openai", "o3-deep-research", call, 60_000 + 10_000 + 80_000),
+        ("openai", "o4-mini-deep-research", call, 12_000 + 2_000 + 16_000),
+        // $1.25 / $0.125 / $10; mini $0.25 / $0.025 / $2; 5.2 and 5.3 $1.75 / $0.175 / $14.
+        ("openai", "gpt-5-codex", call, 7_500 + 500 + 20_000),
+        ("openai", "gpt-5.1-codex-mini", call, 1_500 + 100 + 4_000),
+        ("openai", "gpt-5.3-codex", call, 10_500 + 700 + 28_000),
+        // $1.50 / $0.375 / $6.
+        ("openai", "codex-mini-latest", call, 9_000 + 1_500 + 12_000),
+    ]);
+}
+
 #[test]
 fn openai_gpt_5_4_and_5_5_long_context_above_272k() {
     check(&[

@@ -564,8 +564,9 @@ pub(super) mod tests {
             }
         }
         let openai = table.fallback_price("openai");
-        // gpt-4's input; gpt-5.6-cyber's output above 272k tokens.
-        assert_eq!((openai.input, openai.output), (30_000_000, 112_500_000));
+        // o1-pro's, a model served only by the Responses API: no unknown model is charged
+        // less than it.
+        assert_eq!((openai.input, openai.output), (150_000_000, 600_000_000));
         let anthropic = table.fallback_price("anthropic");
         // Claude Opus 4 / 4.1.
         assert_eq!((anthropic.input, anthropic.output), (15_000_000, 75_000_000));
@@ -574,7 +575,7 @@ pub(super) mod tests {
         assert_eq!((google.input, google.output), (4_000_000, 20_000_000));
         assert_eq!(google.max_output_tokens, None);
         let any = table.fallback_price("someone-else");
-        assert_eq!((any.input, any.output), (30_000_000, 112_500_000));
+        assert_eq!((any.input, any.output), (150_000_000, 600_000_000));
     }
 
     // ---- loading and merging ----
@@ -652,7 +653,7 @@ pub(super) mod tests {
         let overrides = PricingTable::from_json_str(
             r#"{"models": {
                 "openai/gpt-4o": {"input": 1, "output": 2},
-                "openai/my-finetune": {"input": 99000000, "output": 100}
+                "openai/my-finetune": {"input": 199000000, "output": 100}
             }}"#,
         )
         .unwrap();
@@ -663,7 +664,7 @@ pub(super) mod tests {
         // The dated alias without an entry follows the override; the one with an entry doesn't.
         assert_eq!(table.lookup("openai", "gpt-4o-2099-01-01").unwrap().1.input, 1);
         assert_eq!(table.lookup("openai", "gpt-4o-2024-08-06").unwrap().1.input, 2_500_000);
-        assert_eq!(table.fallback_price("openai").input, 99_000_000, "fallback recomputed");
+        assert_eq!(table.fallback_price("openai").input, 199_000_000, "fallback recomputed");
     }
 
     #[test]
