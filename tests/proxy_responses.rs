@@ -169,6 +169,57 @@ async fn builtin_tools_are_counted_and_charged_per_call() {
     }
 }
 
+/// Models served only by the Responses API are charged their own published prices, and
+/// a model the table does not know never less than the most expensive of its provider.
+#[tokio::test]
+async fn responses_only_models_are_charged_their_price_and_unknown_ones_no_less() {
+    let s = setup().await;
+    let call = |model: &str| {
+        responses(json!({ "model": model, "mock": { "usage": { "input": 10_000, "output": 2_000 } } }))
+    };
+    let priced = [("o1-pro", 2_700_000), ("o3-pro-2025-06-10", 360_000), ("gpt-5-pro", 390_000)];
+    for model in priced.iter().map(|p| p.0).chain(["o9-pro-unreleased"]) {
+        let r = s.send("/v1/responses", &call(model), &[]).await;
+        assert_eq!(r.status, 200, "{model}: {r:?}");
+    }
+    let events = s.events(4).await;
+    let event =
+        |model: &str| events.iter().find(|e| e["model"] == model).unwrap_or_else(|| panic!("{model}"));
+    // o1-pro: 10,000 × $150 + 2,000 × $600 per million tokens; o3-pro $20 / $80; gpt-5-pro
+    // $15 / $120.
+    for (model, expected) in priced {
+        let e = event(model);
+        assert_eq!(e["costMicrodollars"], expected, "{model}: {e}");
+        assert!(e["tags"].get("_svc_unknown_model").is_none(), "{model}: {e}");
+    }
+    let e = event("o9-pro-unreleased");
+    assert_eq!(e["tags"]["_svc_unknown_model"], "true", "{e}");
+    assert!(e["costMicrodollars"].as_i64().unwrap() >= 2_700_000, "never below o1-pro: {e}");
+}
+
+/// An answer of 100,000 provider-run tool items (each streamed, then again in the
+/// terminal event), of 1,000 kinds whose names the upstream chose: every item charged
+/// once, and the tag naming them stays within a tag value's bound.
+#[tokio::test]
+async fn an_answer_of_100_000_tool_items_is_charged_each_once_with_a_bounded_tag() {
+    let mut kinds = vec!["web_search_call".to_owned()];
+    kinds.extend((1..1_000).map(|i| format!("x{i:03}_{}_call", "t".repeat(40))));
+    for stream in [false, true] {
+        let s = setup().await;
+        let mock = json!({ "usage": usage(MINI_USAGE), "builtin_tools": kinds, "builtin_tools_repeat": 100 });
+        let r = s.send("/v1/responses", &responses(json!({ "stream": stream, "mock": mock })), &[]).await;
+        assert_eq!(r.status, 200, "stream {stream}");
+        let e = one_event(&s).await;
+        // 100 searches at $10/1K; the 99,900 others have no price and are tagged so.
+        assert_eq!(e["costMicrodollars"], MINI_COST + 100 * 10_000, "stream {stream}: {e}");
+        assert_eq!(e["tags"]["_svc_unpriced_builtin_tool"], "true", "{e}");
+        assert_eq!(e["inputTokens"], 1000, "the usage was read, not estimated: {e}");
+        let tag = e["tags"]["_svc_builtin_tool_calls"].as_str().unwrap();
+        assert!(tag.len() <= 256 && tag.starts_with("web_search_call:100,x001_"), "{tag}");
+        assert!(tag.split(',').all(|entry| entry.ends_with("_call:100")), "whole entries only: {tag}");
+    }
+}
+
 #[tokio::test]
 async fn an_unpriced_builtin_tool_is_tagged_never_silently_free() {
     let s = setup().await;

@@ -40,6 +40,7 @@
 //! | `tool_calls` | `false` | answer with a `get_weather` tool call |
 //! | `echo_headers` | `false` | non-streaming only: add a top-level `"received_headers"` object to the answer |
 //! | `builtin_tools` | `[]` | Responses: built-in tool items (`"web_search_call"`, ...) before the answer |
+//! | `builtin_tools_repeat` | `1` | Responses: the `builtin_tools` list this many times over (each item its own id) |
 //! | `honour_bound` | `false` | report at most as many output tokens as the request's output bound |
 //! | `input_from_bytes` | `false` | report the body's byte count as the prompt's tokens |
 //! | `terminal` | `"completed"` | Responses streams: end with `response.completed`, `"incomplete"` or `"failed"` (usage included unless `no_usage`) |
@@ -241,6 +242,7 @@ struct Control {
     tool_calls: bool,
     echo_headers: bool,
     builtin_tools: Vec<String>,
+    builtin_tools_repeat: usize,
     terminal: Option<String>,
 }
 
@@ -278,6 +280,7 @@ impl Control {
                 .as_array()
                 .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
                 .unwrap_or_default(),
+            builtin_tools_repeat: count(&m["builtin_tools_repeat"]).unwrap_or(1),
             terminal: m["terminal"].as_str().map(str::to_owned),
         }
     }

@@ -26,6 +26,12 @@ pub struct BuiltinCall {
     pub container: Option<String>,
 }
 
+/// Item ids remembered to count each item once. An upstream can stream items without
+/// end, so the set is bounded: past this many, an item whose id is not remembered counts
+/// at every sighting (an item both streamed and repeated in the terminal event then
+/// counts twice), which can only charge more, never less.
+const MAX_REMEMBERED_ITEMS: usize = 200_000;
+
 /// Output item types the model emits for the client to execute: requested calls, not
 /// tools the provider ran.
 const CLIENT_CALLS: [&str; 6] = [
@@ -175,9 +181,16 @@ impl ResponsesUsage {
 }
 
 impl ResponsesUsage {
-    /// True the first time `id` is seen; an item without an id always counts.
+    /// True the first time `id` is seen; an item without an id always counts, and so
+    /// does one not remembered once [`MAX_REMEMBERED_ITEMS`] are.
     fn first_sighting(&mut self, id: &str) -> bool {
-        id.is_empty() || self.seen.insert(id.to_owned())
+        if id.is_empty() {
+            return true;
+        }
+        if self.seen.len() >= MAX_REMEMBERED_ITEMS {
+            return !self.seen.contains(id);
+        }
+        self.seen.insert(id.to_owned())
     }
 }
 
@@ -358,6 +371,41 @@ mod tests {
         // ws_1 seen in output_item.done and again in the final output: counted once.
         assert_eq!(r.builtin_calls().len(), 1);
         assert_eq!(r.tool_calls().len(), 1);
+    }
+
+    fn tool_items(range: std::ops::Range<usize>) -> String {
+        let items: Vec<String> = range
+            .map(|n| format!(r#"{{"type":"web_search_call","id":"ws_{n}","status":"completed"}}"#))
+            .collect();
+        items.join(",")
+    }
+
+    #[test]
+    fn a_stream_of_100_000_tool_items_counts_each_once() {
+        let mut r = ResponsesUsage::new();
+        for n in 0..100_000 {
+            let done = format!(
+                r#"{{"type":"response.output_item.done","item":{{"type":"web_search_call","id":"ws_{n}"}}}}"#
+            );
+            r.on_event(done.as_bytes());
+        }
+        let body =
+            format!(r#"{{"object":"response","status":"completed","output":[{}]}}"#, tool_items(0..100_000));
+        r.on_event(event("response.completed", &body).as_bytes());
+        assert!(r.complete());
+        assert_eq!(r.builtin_calls().len(), 100_000, "each item once, streamed and repeated");
+    }
+
+    #[test]
+    fn past_the_remembered_items_an_item_counts_at_every_sighting() {
+        let mut r = ResponsesUsage::new();
+        let n = MAX_REMEMBERED_ITEMS + 10;
+        let body = format!(r#"{{"object":"response","status":"completed","output":[{}]}}"#, tool_items(0..n));
+        r.on_event(event("response.completed", &body).as_bytes());
+        r.on_event(event("response.completed", &body).as_bytes());
+        assert_eq!(r.seen.len(), MAX_REMEMBERED_ITEMS, "the set stops growing");
+        // The remembered ones once; the ten past the bound at both sightings: more, never less.
+        assert_eq!(r.builtin_calls().len(), n + 10);
     }
 
     #[test]

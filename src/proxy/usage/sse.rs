@@ -6,8 +6,10 @@
 
 /// Largest event the parser keeps: an event whose data, or whose data plus the line still
 /// being assembled, grows past this many bytes is dropped whole, so a misbehaving upstream
-/// cannot make the proxy buffer without bound.
-pub const MAX_SSE_EVENT_BYTES: usize = 4 * 1024 * 1024;
+/// cannot make the proxy buffer without bound. The same bound as a whole JSON answer's:
+/// a Responses stream's terminal event repeats the whole answer (every output item), and
+/// it carries the usage, so dropping a smaller one would charge the call an estimate.
+pub const MAX_SSE_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Capacity the data buffer shrinks back to after an unusually large event, so that one
 /// big event does not pin memory for the rest of a long stream.

@@ -58,8 +58,9 @@ fn function_call_item() -> Value {
 
 /// The output items of an answer, in order.
 fn output(ctl: &Control, text: &str) -> Vec<Value> {
+    let n = ctl.builtin_tools.len() * ctl.builtin_tools_repeat;
     let mut items: Vec<Value> =
-        ctl.builtin_tools.iter().enumerate().map(|(n, k)| builtin_item(k, n)).collect();
+        ctl.builtin_tools.iter().cycle().take(n).enumerate().map(|(n, k)| builtin_item(k, n)).collect();
     if ctl.tool_calls {
         items.push(function_call_item());
     } else {
