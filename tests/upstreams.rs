@@ -79,6 +79,13 @@ async fn a_named_upstream_by_prefix_and_by_base_url_is_metered_under_its_name() 
     assert_eq!(e["provider"], "openrouter");
     assert_eq!(e["tags"]["_svc_unknown_model"], "true", "{e}");
     assert!(e["costMicrodollars"].as_i64().unwrap() > 2_800, "{e}");
+    // Counted under the upstream's name, as its cost events name it, not its wire format.
+    let metrics = s.app.proxy().get("/health/metrics").await;
+    let series = metrics.body["spendgate_unpriced_models_total"].as_array().cloned().unwrap_or_default();
+    let count = |provider: &str| {
+        series.iter().find(|m| m["labels"]["provider"] == provider).and_then(|m| m["value"].as_f64())
+    };
+    assert_eq!((count("openrouter"), count("openai")), (Some(1.0), None), "{}", metrics.text);
 
     // An anthropic-format upstream by prefix.
     let body =

@@ -7,10 +7,8 @@
 //! The list the operator reads (`spendgate pricing check`, `GET /v1/policy`) comes from
 //! the database instead (`db::unpriced`), so that it spans every instance and restarts.
 
-use dashmap::DashSet;
+use dashmap::{DashMap, DashSet};
 use prometheus::IntCounterVec;
-
-use super::Provider;
 
 /// Distinct pairs remembered per process. Model names come from requests, so the set is
 /// bounded: past this many, every call of a pair not remembered counts under its
@@ -22,34 +20,37 @@ const MAX_LOGGED_NAME: usize = 200;
 
 /// The per-process record of unknown models seen.
 pub struct UnpricedModels {
-    /// One set per provider (indexed like `Provider::index`), so that a lookup borrows
-    /// the model name instead of building a key.
-    seen: [DashSet<Box<str>>; 3],
+    /// One set per provider as cost events name it: the wire format's provider on the
+    /// built-in upstreams, the upstream's own name on an operator-defined one. Those
+    /// names come from the configuration, never from a request, so the outer map stays
+    /// small; a lookup borrows both names instead of building a key.
+    seen: DashMap<Box<str>, DashSet<Box<str>>>,
     first_seen: IntCounterVec,
 }
 
 impl UnpricedModels {
     /// A record counting first sightings in `first_seen` (labelled by provider).
     pub fn new(first_seen: IntCounterVec) -> Self {
-        UnpricedModels { seen: Default::default(), first_seen }
+        UnpricedModels { seen: DashMap::new(), first_seen }
     }
 
-    /// Notes one call of `model` at `provider`, which the table does not price. Returns
-    /// whether this is the first call of the pair in this process. The common case (a
-    /// pair already seen) is one shard read lock and no allocation.
-    pub fn note(&self, provider: Provider, model: &str) -> bool {
+    /// Notes one call of `model` at `provider` (the cost event's provider), which the
+    /// table does not price. Returns whether this is the first call of the pair in this
+    /// process. The common case (a pair already seen) takes two shard read locks and
+    /// allocates nothing.
+    pub fn note(&self, provider: &str, model: &str) -> bool {
         if self.contains(provider, model) {
             return false;
         }
         if self.len() >= MAX_REMEMBERED {
-            self.first_seen.with_label_values(&[provider.as_str()]).inc();
+            self.first_seen.with_label_values(&[provider]).inc();
             return false;
         }
-        let fresh = self.seen[provider.index()].insert(model.into());
+        let fresh = self.seen.entry(provider.into()).or_default().insert(model.into());
         if fresh {
-            self.first_seen.with_label_values(&[provider.as_str()]).inc();
+            self.first_seen.with_label_values(&[provider]).inc();
             tracing::warn!(
-                provider = provider.as_str(),
+                provider,
                 model = truncate(model, MAX_LOGGED_NAME),
                 "model not in the price table: charged at the provider's fallback price \
                  (add it with SPENDGATE_PRICING_FILE, or per organization with PUT /api/model-prices/{{provider}}/{{model}}; see docs/pricing.md)"
@@ -64,18 +65,18 @@ impl UnpricedModels {
     }
 
     /// Whether the pair was seen already.
-    pub fn contains(&self, provider: Provider, model: &str) -> bool {
-        self.seen[provider.index()].contains(model)
+    pub fn contains(&self, provider: &str, model: &str) -> bool {
+        self.seen.get(provider).is_some_and(|models| models.contains(model))
     }
 
     /// How many distinct pairs this process remembers.
     pub fn len(&self) -> usize {
-        self.seen.iter().map(DashSet::len).sum()
+        self.seen.iter().map(|models| models.len()).sum()
     }
 
     /// Whether no unknown model was seen yet.
     pub fn is_empty(&self) -> bool {
-        self.seen.iter().all(DashSet::is_empty)
+        self.len() == 0
     }
 }
 
@@ -108,22 +109,26 @@ mod tests {
     #[test]
     fn each_pair_counts_once() {
         let r = record();
-        assert!(r.note(Provider::OpenAi, "gpt-x"));
-        assert!(!r.note(Provider::OpenAi, "gpt-x"));
-        assert!(r.note(Provider::Anthropic, "gpt-x"), "pairs are per provider");
-        assert!(r.note(Provider::OpenAi, "gpt-y"));
-        assert_eq!((counted(&r, "openai"), counted(&r, "anthropic"), r.len()), (2, 1, 3));
-        assert!(r.contains(Provider::OpenAi, "gpt-y") && !r.contains(Provider::Google, "gpt-y"));
+        assert!(r.note("openai", "gpt-x"));
+        assert!(!r.note("openai", "gpt-x"));
+        assert!(r.note("anthropic", "gpt-x"), "pairs are per provider");
+        assert!(r.note("openai", "gpt-y"));
+        assert!(r.note("openrouter", "gpt-y"), "an operator-defined upstream counts under its own name");
+        assert_eq!(
+            (counted(&r, "openai"), counted(&r, "anthropic"), counted(&r, "openrouter"), r.len()),
+            (2, 1, 1, 4)
+        );
+        assert!(r.contains("openai", "gpt-y") && !r.contains("google", "gpt-y"));
     }
 
     #[test]
     fn the_set_is_bounded() {
         let r = record();
         for i in 0..MAX_REMEMBERED {
-            assert!(r.note(Provider::Google, &format!("m{i}")));
+            assert!(r.note("google", &format!("m{i}")));
         }
-        assert!(!r.note(Provider::Google, "one-more"));
-        assert!(!r.note(Provider::Google, "one-more"));
+        assert!(!r.note("google", "one-more"));
+        assert!(!r.note("google", "one-more"));
         assert_eq!(r.len(), MAX_REMEMBERED);
         assert_eq!(counted(&r, "google"), MAX_REMEMBERED as u64 + 2);
         assert_eq!(truncate("héllo", 2), "h");

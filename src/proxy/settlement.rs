@@ -282,7 +282,7 @@ impl Settlement {
 fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge {
     let unknown = a.price.is_none();
     if unknown {
-        state.unpriced.note(a.provider, &a.model);
+        state.unpriced.note(a.event_provider(), &a.model);
     }
     let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.event_provider()));
     let priced = |u: Usage| {
