@@ -1,58 +1,24 @@
 //! spendgate: a self-hosted spend-governance gateway for AI agents.
 //!
-//! `run` wires the pieces: configuration, the database pool (migrated at start),
-//! shared state, and the two HTTP listeners — the control plane (`/api/*`) and the
-//! proxy (`/v1/*`, `/v1beta/*`, `/health*`).
+//! [`serve`] wires the pieces: configuration, the database pool (migrated at start),
+//! shared state, and the two HTTP listeners — the control plane (`/api/*`, the
+//! `spendgate-api` crate) and the proxy (`/v1/*`, `/v1beta/*`, `/health*`, the
+//! `spendgate-proxy` crate). The engine below both is re-exported whole, so that the
+//! operator commands, tests and benchmarks name its modules as `spendgate::db`.
 
-pub mod accounting;
-pub mod actions;
-pub mod api;
-pub mod auth;
-pub mod binding_cache;
-pub mod budgets;
-pub mod changes;
 pub mod cli;
-pub mod client_ip;
-pub mod config;
-pub mod credentials;
-pub mod crypto;
-pub mod customers;
-pub mod dashboard;
-pub mod db;
-pub mod error;
-pub mod idempotency;
-pub mod instances;
-pub mod leases;
-pub mod margins;
-pub mod metrics;
-pub mod model_prices;
-pub mod net;
 pub mod openapi;
-pub mod outbox;
-pub mod periods;
-pub mod plan_usage;
-pub mod plans;
-pub mod policy;
-pub mod pricing;
-pub mod processor;
-pub mod proxy;
-pub mod ratelimit;
-pub mod retention;
-pub mod secret_key;
-pub mod state;
-pub mod telemetry;
-pub mod tool_costs;
-pub mod unit_economics;
-pub mod upstreams;
-pub mod util;
-pub mod webhooks;
 
 use std::io;
 
 use actix_web::{web, App, HttpServer};
+pub use spendgate_api as api;
+pub use spendgate_engine::*;
+pub use spendgate_proxy as proxy;
 
-use crate::config::Config;
-use crate::state::AppState;
+use spendgate_api::dashboard;
+use spendgate_engine::config::Config;
+use spendgate_engine::state::AppState;
 
 /// Which listeners a process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -60,13 +26,6 @@ pub enum Surface {
     Control,
     Proxy,
 }
-
-/// The current API version (see Versioning in the spec).
-pub const API_VERSION: &str = "2026-04-01";
-
-/// The header that asks for an API version and answers with the one served.
-pub const SERVICE_VERSION: actix_web::http::header::HeaderName =
-    actix_web::http::header::HeaderName::from_static("service-version");
 
 /// Migrates the database, then serves until SIGINT/SIGTERM.
 pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> {
