@@ -1,11 +1,13 @@
-"""Test support: the real ``spendgate`` binary on ephemeral ports, a signed-in
-dashboard session, a flaky forwarding proxy and a fake OpenAI upstream."""
+"""Test support: the real ``spendgate`` binary on ephemeral ports, its database (to
+inject faults behind its back), a signed-in dashboard session, a flaky forwarding
+proxy, a fake OpenAI upstream and a fake payment processor."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 import threading
@@ -43,6 +45,19 @@ class Database:
             self._admin = admin
         else:
             self.url = f"sqlite://{self.dir}/spendgate.db"
+
+    def sql(self, script: str) -> None:
+        """Runs SQL statements on the database behind the running server's back,
+        as an operator or a failing disk would."""
+        if self.pg_name:
+            subprocess.run(["psql", self.url, "-v", "ON_ERROR_STOP=1", "-qc", script], check=True,
+                           capture_output=True)
+            return
+        conn = sqlite3.connect(f"{self.dir}/spendgate.db", timeout=10)
+        try:
+            conn.executescript(script)
+        finally:
+            conn.close()
 
     def drop(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -221,5 +236,16 @@ def fake_openai(script: List[Dict[str, Any]]) -> Recorder:
             "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
         }
         return 200, {"content-type": "application/json", "x-request-id": uuid.uuid4().hex}, json.dumps(answer).encode()
+
+    return Recorder(handle)
+
+
+def fake_processor() -> Recorder:
+    """A payment processor answering like Stripe's REST API to a key it does not
+    know: every call is 401 with its error body."""
+
+    def handle(method: str, path: str, headers: Dict[str, str], body: bytes) -> Tuple[int, Dict[str, str], bytes]:
+        error = {"type": "invalid_request_error", "message": "Invalid API Key provided: rk_test_****0001"}
+        return 401, {"content-type": "application/json"}, json.dumps({"error": error}).encode()
 
     return Recorder(handle)

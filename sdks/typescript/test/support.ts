@@ -1,6 +1,7 @@
 /**
- * Test support: the real `spendgate` binary on ephemeral ports, a signed-in
- * dashboard session, a flaky forwarding proxy and a fake OpenAI upstream.
+ * Test support: the real `spendgate` binary on ephemeral ports, its database (to
+ * inject faults behind its back), a signed-in dashboard session, a flaky forwarding
+ * proxy, a fake OpenAI upstream and a fake payment processor.
  */
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
@@ -83,6 +84,17 @@ export class Server {
     const field = (n: string) => line.split(/\s+/).find((p) => p.startsWith(`${n}=`))?.slice(n.length + 1) ?? "";
     this.control = field("control");
     this.proxy = field("proxy");
+  }
+
+  /** The database the server runs on. */
+  get backend(): "sqlite" | "postgres" {
+    return this.pgName ? "postgres" : "sqlite";
+  }
+
+  /** Runs SQL statements on the database behind the running server's back, as an operator or a failing disk would. */
+  sql(script: string): void {
+    if (this.pgName) execFileSync("psql", [this.dbUrl, "-v", "ON_ERROR_STOP=1", "-qc", script]);
+    else execFileSync("sqlite3", ["-bail", "-cmd", ".timeout 10000", join(this.dir, "spendgate.db"), script]);
   }
 
   stop(): void {
@@ -263,6 +275,15 @@ export function fakeOpenAI(toolCall: Record<string, unknown>, final: Record<stri
       }),
     };
   });
+}
+
+/** A payment processor answering like Stripe's REST API to a key it does not know: every call is 401 with its error body. */
+export function fakeProcessor(): Promise<Recorder> {
+  return Recorder.start(async () => ({
+    status: 401,
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ error: { type: "invalid_request_error", message: "Invalid API Key provided: rk_test_****0001" } }),
+  }));
 }
 
 /** A short unique id for one test's data. */
