@@ -88,32 +88,8 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
 
     let mut servers = Vec::new();
     let mut ready = Vec::new();
-    if only != Some(Surface::Proxy) {
-        let st = state.clone();
-        let document = web::Data::new(api::openapi::Document(openapi::document()));
-        let server = HttpServer::new(move || {
-            App::new()
-                .wrap(actix_web::middleware::Condition::new(
-                    st.telemetry.is_some(),
-                    actix_web::middleware::from_fn(telemetry::governed::span),
-                ))
-                .wrap(actix_web::middleware::from_fn(api::service_version))
-                .app_data(web::Data::new(telemetry::governed::Exporting(st.telemetry.clone())))
-                .app_data(web::Data::new(st.clone()))
-                .app_data(document.clone())
-                .configure(api::configure)
-                .configure(dashboard::configure)
-        })
-        .workers(workers)
-        .tcp_nodelay(true)
-        .shutdown_timeout(10)
-        .bind(config.control_addr)?;
-        for addr in server.addrs() {
-            ready.push(format!("control=http://{addr}"));
-        }
-        servers.push(server.run());
-    }
-    if only != Some(Surface::Control) {
+    // The proxy is bound first: the control plane's OpenAPI document names its address.
+    let proxy = if only != Some(Surface::Control) {
         let st = state.clone();
         let server = HttpServer::new(move || {
             // The app factory runs on each worker's own arbiter: budget actors first
@@ -137,8 +113,40 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
         .tcp_nodelay(true)
         .shutdown_timeout(30)
         .bind(config.proxy_addr)?;
+        if let Some(addr) = server.addrs().first() {
+            let _ = state.proxy_bound.set(*addr);
+        }
+        Some(server)
+    } else {
+        None
+    };
+    if only != Some(Surface::Proxy) {
+        let st = state.clone();
+        let document = web::Data::new(openapi::served(&state).map_err(io::Error::other)?);
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap(actix_web::middleware::Condition::new(
+                    st.telemetry.is_some(),
+                    actix_web::middleware::from_fn(telemetry::governed::span),
+                ))
+                .wrap(actix_web::middleware::from_fn(api::service_version))
+                .app_data(web::Data::new(telemetry::governed::Exporting(st.telemetry.clone())))
+                .app_data(web::Data::new(st.clone()))
+                .app_data(document.clone())
+                .configure(api::configure)
+                .configure(dashboard::configure)
+        })
+        .workers(workers)
+        .tcp_nodelay(true)
+        .shutdown_timeout(10)
+        .bind(config.control_addr)?;
         for addr in server.addrs() {
-            let _ = state.proxy_bound.set(addr);
+            ready.push(format!("control=http://{addr}"));
+        }
+        servers.push(server.run());
+    }
+    if let Some(server) = proxy {
+        for addr in server.addrs() {
             ready.push(format!("proxy=http://{addr}"));
         }
         servers.push(server.run());

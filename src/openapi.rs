@@ -4,7 +4,8 @@
 //! drift: the error envelope on every error response, and the errors the shared
 //! extractors answer (JSON body: 400/413/415; API key: 401/429; session: 401/403;
 //! the database: 503). The proxy's operations are declared under the proxy's own
-//! server (a path-level `servers`), the rest under the control plane's.
+//! server (a path-level `servers`) at this instance's proxy address, the rest under
+//! the control plane's.
 
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -15,6 +16,7 @@ use utoipa::{Modify, OpenApi};
 use spendgate_engine::openapi::{
     ErrorBody, ErrorEnvelope, CRON_SECRET, INTERNAL_SECRET, SERVICE_KEY, SESSION,
 };
+use spendgate_engine::state::AppState;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -72,8 +74,18 @@ impl Modify for SecuritySchemes {
     }
 }
 
-/// The merged document of every module.
-pub fn document() -> utoipa::openapi::OpenApi {
+/// The document as this instance serves it, written once: the proxy's operations name
+/// its proxy as agents reach it ([`AppState::proxy_public_url`], as the dashboard's
+/// snippets do). Called once the proxy is bound, so an ephemeral port is the real one.
+pub fn served(state: &AppState) -> serde_json::Result<crate::api::openapi::Document> {
+    let proxy_url = state.proxy_public_url();
+    let any_host_port = (state.config.proxy_public_url.is_none() && state.proxy_addr().ip().is_unspecified())
+        .then(|| state.proxy_addr().port());
+    crate::api::openapi::Document::new(&document(&proxy_url), &proxy_url, any_host_port)
+}
+
+/// The merged document of every module, with the proxy at `proxy_url`.
+pub fn document(proxy_url: &str) -> utoipa::openapi::OpenApi {
     let mut doc = Root::openapi();
     for part in [
         crate::api::openapi::ApiDoc::openapi(),
@@ -101,7 +113,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
     }
     for mut part in [crate::proxy::openapi::document(), crate::proxy::customers_doc_api()] {
         for item in part.paths.paths.values_mut() {
-            item.servers = Some(vec![proxy_server()]);
+            item.servers = Some(vec![proxy_server(proxy_url)]);
         }
         doc.merge(part);
     }
@@ -117,17 +129,18 @@ pub fn document() -> utoipa::openapi::OpenApi {
     doc
 }
 
-/// The proxy listener, which serves every operation outside `/api`; its address is
-/// the operator's `proxy_addr`, so it is a server variable.
-fn proxy_server() -> Server {
+/// The proxy listener, which serves every operation outside `/api`: a server variable
+/// whose default is this instance's proxy (`proxy_url`), so a client generated for
+/// another deployment can name its own.
+fn proxy_server(proxy_url: &str) -> Server {
     ServerBuilder::new()
         .url("{proxyUrl}")
         .description(Some("the proxy listener (proxy_addr) of this instance"))
         .parameter(
             "proxyUrl",
             ServerVariableBuilder::new()
-                .default_value("http://127.0.0.1:8787")
-                .description(Some("the proxy's base URL")),
+                .default_value(proxy_url)
+                .description(Some("the proxy's base URL (proxy_public_url, else the address it listens on)")),
         )
         .build()
 }

@@ -120,6 +120,67 @@ async fn calls_take_their_room_from_a_lease_that_returns_it_when_quiet() {
     assert!(lease_operations(&app.proxy(), "returned").await >= 1.0);
 }
 
+/// `spendgate_budget_lease_microdollars` of a key's budget on one instance, `None` when
+/// the instance has no series for it.
+async fn lease_series(proxy: &Client, key_id: &str) -> Option<f64> {
+    let metrics = proxy.get("/health/metrics").await;
+    metrics.body["spendgate_budget_lease_microdollars"]
+        .as_array()?
+        .iter()
+        .find(|m| m["labels"]["entity_type"] == "api_key" && m["labels"]["entity_id"] == key_id)
+        .and_then(|m| m["value"].as_f64())
+}
+
+/// Polls the key's lease series until `done` holds of it, or fails with `what` after 10 s.
+async fn until_series(proxy: &Client, key_id: &str, what: &str, done: impl Fn(Option<f64>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let series = lease_series(proxy, key_id).await;
+        if done(series) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {series:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An instance shows a budget's lease series while the lease holds room, and has none
+/// once the room went back (quiet, or its budget deleted): it does not keep a series
+/// for every budget it ever served. A lease taken again right after has it again.
+#[tokio::test]
+async fn a_budget_has_a_lease_series_only_while_its_lease_holds_room() {
+    if !backend_is_postgres() {
+        return;
+    }
+    let app = TestApp::start_with(&[("SPENDGATE_BUDGET_LEASE_IDLE_MS", "300".to_owned())]).await;
+    let owner = app.owner().await;
+    let (key_id, raw_key) = create_key(&owner, "agent").await;
+    strict_key_budget(&owner, &key_id, 1_000_000_000).await;
+    let proxy = key_client(&app.server.proxy, &raw_key);
+    let mut conn = AsyncPgConnection::establish(&app.db.url).await.unwrap();
+    for round in ["leased", "leased again"] {
+        let r = proxy.post("/v1/mcp/events", tool(100)).await;
+        assert_eq!(r.status, 201, "{r:?}");
+        until_series(&proxy, &key_id, &format!("{round}: no series"), |v| v.is_some_and(|v| v > 0.0)).await;
+        until(&mut conn, &key_id, 10, &format!("{round}: a quiet lease kept its room"), |f| f.reserved == 0)
+            .await;
+        until_series(&proxy, &key_id, &format!("{round}: a series after the return"), |v| v.is_none()).await;
+    }
+
+    // An instance that keeps its room for a minute: the lease goes with its budget.
+    let holder = Server::start(&app.db.url, &[("SPENDGATE_BUDGET_LEASE_IDLE_MS", "60000".to_owned())]);
+    let on_holder = key_client(&holder.proxy, &raw_key);
+    let r = on_holder.post("/v1/mcp/events", tool(100)).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    until_series(&on_holder, &key_id, "no series on the holder", |v| v.is_some_and(|v| v > 0.0)).await;
+    let budgets = owner.get("/api/budgets").await;
+    let budget = budgets.body["data"].as_array().unwrap().iter().find(|b| b["entityId"] == key_id.as_str());
+    let id = budget.and_then(|b| b["id"].as_str()).unwrap_or_else(|| panic!("{budgets:?}"));
+    let r = owner.delete(&format!("/api/budgets/{id}")).await;
+    assert!(r.status == 200 || r.status == 204, "{r:?}");
+    until_series(&on_holder, &key_id, "a series after the budget was deleted", |v| v.is_none()).await;
+}
+
 /// A lowered limit made through one instance reaches the instance holding the lease
 /// through the change feed: it returns its free room at once, not when it goes quiet.
 #[tokio::test]

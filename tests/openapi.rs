@@ -278,3 +278,41 @@ async fn operation_ids_are_unique_and_proxy_operations_name_the_proxy_server() {
     );
     assert!(doc["servers"][0]["description"].as_str().unwrap().contains("control"));
 }
+
+/// The default of every proxy path's `{proxyUrl}` server variable.
+fn proxy_url_defaults(doc: &Value) -> BTreeSet<String> {
+    let mut defaults = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if path.starts_with("/api/") {
+            continue;
+        }
+        let servers = item
+            .get("servers")
+            .or_else(|| METHODS.iter().filter_map(|m| item.get(*m)).find_map(|op| op.get("servers")))
+            .unwrap_or_else(|| panic!("{path}: a proxy path without its server"));
+        let default = servers[0]["variables"]["proxyUrl"]["default"].as_str();
+        defaults.insert(default.unwrap_or_else(|| panic!("{path}: no proxyUrl default")).to_owned());
+    }
+    defaults
+}
+
+#[tokio::test]
+async fn proxy_operations_name_the_address_this_instance_serves_them_on() {
+    // The test server's proxy listens on an ephemeral port, never the default 8787.
+    let app = TestApp::start().await;
+    assert!(!app.server.proxy.ends_with(":8787"), "{}", app.server.proxy);
+    let doc = app.control().get("/api/openapi.json").await.body;
+    assert_eq!(proxy_url_defaults(&doc), BTreeSet::from([app.server.proxy.clone()]));
+
+    // The operator's public address wins over the listener's.
+    let public = "https://gateway.example.com/proxy";
+    let app = TestApp::start_with(&[("SPENDGATE_PROXY_PUBLIC_URL", format!("{public}/"))]).await;
+    let doc = app.control().get("/api/openapi.json").await.body;
+    assert_eq!(proxy_url_defaults(&doc), BTreeSet::from([public.to_owned()]));
+
+    // A proxy on every interface is named by the host the document was asked on.
+    let app = TestApp::start_with(&[("SPENDGATE_PROXY_ADDR", "0.0.0.0:0".to_owned())]).await;
+    let port = app.server.proxy.rsplit(':').next().unwrap().to_owned();
+    let doc = app.control().get("/api/openapi.json").await.body;
+    assert_eq!(proxy_url_defaults(&doc), BTreeSet::from([format!("http://127.0.0.1:{port}")]));
+}

@@ -1,9 +1,9 @@
 // A budget at a glance: a usage bar (settled spend and the holds of calls in flight
-// against the limit, thresholds marked), when the period ends, and when the limit is
-// reached at the current period's pace. Money stays integer microdollars; only the
-// pace, a forecast, is a float.
+// against the limit, thresholds marked; a meter to assistive technology), when the
+// period ends, and when the limit is reached at the current period's pace. Money
+// stays integer microdollars; only the pace, a forecast, is a float.
 import { h, time } from './dom.js';
-import { usd } from './money.js';
+import { usd, usdInput } from './money.js';
 import { entityName } from './names.js';
 
 const DAY_MS = 86400000;
@@ -60,15 +60,27 @@ export function projectionText(b, now = Date.now()) {
   }
 }
 
-/** The usage bar: a meter-like figure whose numbers are also its text. */
-export function usageBar(b) {
+/**
+ * The usage bar: a meter (role="meter", its value the spend and holds against the
+ * limit, in dollars) named after its budget's entity, whose numbers are also its text.
+ * A screen reader hears "API key agent budget, $1.20 of $5.00 spent (24%)".
+ */
+export function usageBar(b, names) {
   const limit = Math.max(1, b.maxBudgetMicrodollars);
   const held = b.reservedMicrodollars || 0;
   const pct = (v) => `${Math.min(100, (v * 100) / limit).toFixed(2)}%`;
   const used = usedPercent(b);
   const level = used >= 100 ? 'over' : used >= Math.max(80, ...(b.thresholdPercentages || []).filter((t) => t < 100), 0) ? 'near' : 'ok';
-  const track = h('div', { class: `bar ${level}`, role: 'img',
-    'aria-label': `${usd(b.spendMicrodollars)} spent and ${usd(held)} held of ${usd(b.maxBudgetMicrodollars)} (${used}%)` },
+  const [kind, name] = entityName(b, names);
+  const max = Math.max(0, b.maxBudgetMicrodollars);
+  // A meter's value stays within its range; past the limit the text tells by how much.
+  const now = Math.min(max, Math.max(0, b.spendMicrodollars + held));
+  const track = h('div', { class: `bar ${level}`, role: 'meter',
+    'aria-label': `${kind} ${name || b.entityId} budget`,
+    'aria-valuemin': '0', 'aria-valuemax': usdInput(max), 'aria-valuenow': usdInput(now),
+    'aria-valuetext': held
+      ? `${usd(b.spendMicrodollars)} spent and ${usd(held)} held of ${usd(b.maxBudgetMicrodollars)} (${used}%)`
+      : `${usd(b.spendMicrodollars)} of ${usd(b.maxBudgetMicrodollars)} spent (${used}%)` },
   h('span', { class: 'spent', 'data-width': pct(b.spendMicrodollars) }),
   h('span', { class: 'held', 'data-width': pct(held), 'data-left': pct(b.spendMicrodollars) }),
   (b.thresholdPercentages || []).filter((t) => t < 100).map((t) => h('span', { class: 'threshold', 'data-left': `${t}%`, title: `${t}% threshold` })));
@@ -100,5 +112,5 @@ export function budgetCard(b, names) {
     : b.entityType === 'customer' ? h('a', { href: `/customers/${encodeURIComponent(b.entityId)}` }, b.entityId)
       : (name || b.entityId);
   return h('li', { class: 'budget-card', 'data-budget': b.id },
-    h('h3', {}, h('span', { class: 'muted' }, `${kind} `), who), usageBar(b), periodLines(b));
+    h('h3', {}, h('span', { class: 'muted' }, `${kind} `), who), usageBar(b, names), periodLines(b));
 }

@@ -78,7 +78,7 @@ function budgetTable(budgets, names, velocity, { edit, changed }) {
     return h('tr', { 'data-budget': b.id },
       h('td', {}, entityCell(b, names)),
       h('td', { class: 'num', 'data-label': 'Limit' }, usd(b.maxBudgetMicrodollars)),
-      h('td', { class: 'usage-cell' }, usageBar(b), periodLines(b)),
+      h('td', { class: 'usage-cell' }, usageBar(b, names), periodLines(b)),
       h('td', { 'data-label': 'Reset' }, b.resetInterval || 'never'),
       h('td', { 'data-label': 'Policy' }, b.policy, b.exactCeiling ? h('br') : null, b.exactCeiling ? h('small', { class: 'muted' }, 'exact ceiling') : null),
       h('td', { 'data-label': 'Velocity', 'data-velocity': `${b.entityType}:${b.entityId}`, 'data-limit': b.velocityLimitMicrodollars ?? '' },

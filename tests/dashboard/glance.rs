@@ -86,6 +86,22 @@ async fn budget_bars_periods_projections_and_what_is_tripped_are_the_apis() {
     let held_text =
         b.wait_xpath(&format!("{user_row}//span[@class='held-text']")).await.text().await.unwrap();
     assert_eq!(held_text, usd(held), "the holds of calls in flight are the API's");
+    // A screen reader hears the holds too, from the bar's meter.
+    let (spend, limit) = (
+        user_budget["spendMicrodollars"].as_i64().unwrap(),
+        user_budget["maxBudgetMicrodollars"].as_i64().unwrap(),
+    );
+    let meter = b.wait_xpath(&format!("{user_row}//div[@role='meter']")).await;
+    assert_eq!(
+        meter.attr("aria-valuetext").await.unwrap(),
+        Some(format!(
+            "{} spent and {} held of {} ({}%)",
+            usd(spend),
+            usd(held),
+            usd(limit),
+            (spend + held) * 100 / limit
+        ))
+    );
     // 45% of the key's limit, thresholds 50 and 80 marked on its bar.
     b.wait_xpath(&format!("{key_row}//p[@class='usage-text' and contains(., '· 45%')]")).await;
     let marks = b.eval(&format!(

@@ -144,6 +144,31 @@ async fn every_page_reads_well_at_laptop_and_phone_width() {
         problems.extend(check(&b, name).await);
         b.screenshot(name).await;
     }
+    // A budget's usage bar is a meter to assistive technology, named after its budget,
+    // with its values, on the budgets page and the overview alike: the tag's budget has
+    // the two tagged events of team=search, and nothing held.
+    let budgets = owner.get("/api/budgets").await;
+    let tag =
+        budgets.body["data"].as_array().unwrap().iter().find(|b| b["entityId"] == "team=search").unwrap();
+    assert_eq!(
+        (tag["spendMicrodollars"].as_i64(), tag["reservedMicrodollars"].as_i64()),
+        (Some(1_770_000), Some(0))
+    );
+    let id = lit(tag["id"].as_str().unwrap());
+    for (path, bar) in [
+        ("/budgets", format!("//tr[@data-budget={id}]//div[contains(@class,'bar')]")),
+        ("/", format!("//li[@data-budget={id}]//div[contains(@class,'bar')]")),
+    ] {
+        b.goto(path).await;
+        let bar = b.wait_xpath(&bar).await;
+        let (role, name) = b.accessible(&bar).await;
+        assert_eq!((role.as_str(), name.as_str()), ("meter", "Tag team=search budget"), "{path}");
+        let mut values = Vec::new();
+        for attr in ["aria-valuemin", "aria-valuemax", "aria-valuenow", "aria-valuetext"] {
+            values.push(bar.attr(attr).await.unwrap().unwrap_or_default());
+        }
+        assert_eq!(values, ["0", "5", "1.77", "$1.77 of $5.00 spent (35%)"], "{path}");
+    }
     // Margins need a paid plan (its own test pictures it); the page still has to read well.
     b.goto("/margins").await;
     b.wait_text("Margins need the Pro plan or above.").await;

@@ -281,6 +281,23 @@ impl Browser {
         serde_json::from_value(found).expect("a list of problems")
     }
 
+    /// The element's role and accessible name as the browser computes them for
+    /// assistive technology (WebDriver's computed role and label).
+    pub async fn accessible(&self, el: &Element) -> (String, String) {
+        let mut out = Vec::new();
+        for what in ["computedrole", "computedlabel"] {
+            let element = el.element_id().to_string();
+            let v = self
+                .client
+                .issue_cmd(Computed { element, what })
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            out.push(v.as_str().unwrap_or_default().to_owned());
+        }
+        let label = out.pop().unwrap_or_default();
+        (out.pop().unwrap_or_default(), label)
+    }
+
     /// Presses Tab `n` times and answers the focused element's tag, text and whether
     /// its focus is drawn (an outline of non-zero width).
     pub async fn tab(&self, n: usize) -> (String, String, bool) {
@@ -328,6 +345,29 @@ impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
 
     fn method_and_body(&self, _request_url: &url::Url) -> (reqwest::Method, Option<String>) {
         (reqwest::Method::POST, Some(json!({ "cmd": self.cmd, "params": self.params }).to_string()))
+    }
+}
+
+/// WebDriver's computed role (`computedrole`) or accessible name (`computedlabel`) of
+/// an element.
+#[derive(Debug)]
+struct Computed {
+    element: String,
+    what: &'static str,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Computed {
+    fn endpoint(&self, base_url: &url::Url, session_id: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/element/{}/{}",
+            session_id.unwrap_or_default(),
+            self.element,
+            self.what
+        ))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (reqwest::Method, Option<String>) {
+        (reqwest::Method::GET, None)
     }
 }
 

@@ -280,7 +280,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("upgrade_url", "upgrade link shown when the Free cap blocks (default none)"),
     ("self_host_url", "self-hosting link shown when the Free cap blocks (default none)"),
     ("public_url", "public base URL of the control plane, for links in webhook payloads (default http://CONTROL_ADDR)"),
-    ("proxy_public_url", "public base URL of the proxy, shown in the dashboard's SDK snippets (default http://PROXY_ADDR)"),
+    ("proxy_public_url", "public base URL of the proxy, shown in the dashboard's SDK snippets and the OpenAPI document (default http://PROXY_ADDR)"),
     ("webhook_retry_base_ms", "webhook retry delay after the first failure, doubling per attempt (default 30000)"),
     ("webhook_retry_max_ms", "longest webhook retry delay (default 21600000 = 6 h)"),
     ("webhook_max_attempts", "attempts before a webhook delivery is marked failed (default 20, about 3 days)"),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use actors::budget::Policy;
 use actors::store::EntityKey;
 use dashmap::DashMap;
-use prometheus::{IntCounterVec, IntGaugeVec};
+use prometheus::IntCounterVec;
 
 use super::holds::{LeaseHold, LeaseHolds};
 use super::lease::{Lease, LeaseState, Returns};
@@ -46,8 +46,6 @@ pub struct LeaseBook {
     /// which other instances reap this one's leases.
     live_until: AtomicI64,
     idle_ms: i64,
-    /// `budget_lease_microdollars{org_id, entity_type, entity_id}`: room held per budget.
-    held: IntGaugeVec,
     /// `budget_lease_operations_total{operation}`: grown, refused, returned, reaped.
     operations: IntCounterVec,
     returns: Arc<Returns>,
@@ -65,9 +63,12 @@ impl LeaseBook {
             leases: DashMap::new(),
             live_until: AtomicI64::new(0),
             idle_ms: i64::try_from(idle.as_millis()).unwrap_or(i64::MAX),
-            held: metrics.lease_held.clone(),
             operations: metrics.lease_operations.clone(),
-            returns: Arc::new(Returns { pool: pool.clone(), operations: metrics.lease_operations.clone() }),
+            returns: Arc::new(Returns {
+                pool: pool.clone(),
+                operations: metrics.lease_operations.clone(),
+                held: metrics.lease_held.clone(),
+            }),
             pool,
         })
     }
@@ -82,6 +83,7 @@ impl LeaseBook {
             tracing::warn!("heartbeat lapsed; budget leases forgotten");
             for lease in &self.leases {
                 lease.state().forget();
+                self.returns.publish(&lease);
             }
         }
     }
@@ -199,7 +201,10 @@ impl LeaseBook {
             let mut without_budget = Vec::new();
             for ((i, _), grant) in asks.iter().zip(grants) {
                 match grant {
-                    Some(grant) => apply(&leases[*i].0, grant),
+                    Some(grant) => {
+                        apply(&leases[*i].0, grant);
+                        self.returns.publish(&leases[*i].0);
+                    }
                     None => without_budget.push(*i),
                 }
             }
@@ -291,15 +296,19 @@ impl LeaseBook {
         if free > 0 {
             self.returns.give_back(&lease, &row, free).await;
         } else if let Ok(false) = budget_leases::exists(&self.pool, &row).await {
-            let mut state = lease.state();
-            if state.row.as_deref() == Some(row.as_str()) {
-                state.forget();
+            {
+                let mut state = lease.state();
+                if state.row.as_deref() == Some(row.as_str()) {
+                    state.forget();
+                }
             }
+            self.returns.publish(&lease);
         }
     }
 
     /// Returns the room of leases that went quiet, and of tight ones, and refreshes the
-    /// metrics. Runs every quarter of the idle time.
+    /// metrics (a lease's series goes once it holds nothing, see [`Returns::publish`]).
+    /// Runs every quarter of the idle time.
     fn maintain(self: &Arc<Self>) {
         let now = time::now_ms();
         for entry in &self.leases {
@@ -309,12 +318,10 @@ impl LeaseBook {
                 (s.free(), s.tight, s.last_used)
             };
             if free > 0 && (tight || now - last_used >= self.idle_ms) {
+                // Shown again once the room is back.
                 self.returns.trim(lease);
             }
-            let k = &lease.key;
-            self.held
-                .with_label_values(&[k.org_id.as_str(), k.entity_type.as_str(), k.entity_id.as_str()])
-                .set(lease.state().total);
+            self.returns.publish(lease);
         }
     }
 
@@ -355,6 +362,7 @@ impl LeaseBook {
     pub async fn shutdown(&self) {
         for lease in &self.leases {
             lease.state().forget();
+            self.returns.publish(&lease);
         }
         match budget_leases::drop_all(&self.pool, &self.instance_id).await {
             Ok(amount) => tracing::info!(amount, "budget leases returned"),

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use actors::store::EntityKey;
-use prometheus::IntCounterVec;
+use prometheus::{IntCounterVec, IntGaugeVec};
 
 use crate::db::budget_leases;
 use crate::db::Pool;
@@ -80,14 +80,33 @@ impl Lease {
 }
 
 /// Returns unused room of leases to their budgets (shared by the book and the calls'
-/// holds).
+/// holds), and shows what each lease holds.
 pub(super) struct Returns {
     pub(super) pool: Pool,
     /// `budget_lease_operations_total`.
     pub(super) operations: IntCounterVec,
+    /// `budget_lease_microdollars{org_id, entity_type, entity_id}`: room held per budget.
+    pub(super) held: IntGaugeVec,
 }
 
 impl Returns {
+    /// Shows the room a lease holds while it holds any, and removes the budget's series
+    /// once it holds none (returned, consumed, forgotten), so the metrics name only the
+    /// budgets leased now, not every budget the instance ever served. Written under the
+    /// lease's lock from its state then: whichever call comes last shows the lease as it
+    /// is, so a lease that grows again right after a return has its series back.
+    pub(super) fn publish(&self, lease: &Lease) {
+        let state = lease.state();
+        let k = &lease.key;
+        let labels = [k.org_id.as_str(), k.entity_type.as_str(), k.entity_id.as_str()];
+        if state.total > 0 {
+            self.held.with_label_values(&labels).set(state.total);
+        } else {
+            // Err only when there is no series to remove.
+            let _ = self.held.remove_label_values(&labels);
+        }
+    }
+
     /// Returns a lease's free room to its budget (all of it), in the background.
     pub(super) fn trim(self: &Arc<Self>, lease: &Arc<Lease>) {
         let (returns, lease) = (self.clone(), lease.clone());
@@ -108,6 +127,11 @@ impl Returns {
 
     /// Returns `amount` of the lease's row to its budget; a row that is gone is forgotten.
     pub(super) async fn give_back(&self, lease: &Lease, row: &str, amount: i64) {
+        self.give_back_row(lease, row, amount).await;
+        self.publish(lease);
+    }
+
+    async fn give_back_row(&self, lease: &Lease, row: &str, amount: i64) {
         match budget_leases::give_back(&self.pool, row, amount).await {
             Ok(true) => self.operations.with_label_values(&["returned"]).inc(),
             Ok(false) => {
