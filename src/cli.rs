@@ -8,8 +8,9 @@ use clap::{Parser, Subcommand};
 use crate::config::{Config, Overrides, SETTINGS};
 use crate::db;
 use crate::plans::Role;
-use crate::pricing::{self, PricingTable};
+use crate::pricing_report;
 use crate::Surface;
+use spendgate_llm::pricing::PricingTable;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -202,7 +203,7 @@ pub async fn pricing(config: &Config, action: PricingCommand) -> Result<(), Stri
             let table = PricingTable::load(config.pricing_file.as_deref(), &config.named_formats())?;
             db::migrate(&config.database_url).await?;
             let pool = db::Pool::connect(&config.database_url, 1)?;
-            let report = pricing::report::report(&pool, &table, None, crate::util::time::now_ms())
+            let report = pricing_report::report(&pool, &table, None, crate::util::time::now_ms())
                 .await
                 .map_err(|e| e.to_string())?;
             if json {
@@ -216,7 +217,7 @@ pub async fn pricing(config: &Config, action: PricingCommand) -> Result<(), Stri
 }
 
 /// The human-readable form of `spendgate pricing check`.
-fn render_report(report: &pricing::report::PricingReport, file: Option<&std::path::Path>) -> String {
+fn render_report(report: &pricing_report::PricingReport, file: Option<&std::path::Path>) -> String {
     let checked = match (&report.checked_at, report.age_days) {
         (Some(day), Some(age)) => format!("prices checked {day} ({age} days ago)"),
         _ => "prices never checked".to_owned(),
@@ -245,7 +246,7 @@ fn render_report(report: &pricing::report::PricingReport, file: Option<&std::pat
 
 /// The runtime prices part of `spendgate pricing check`: set per organization
 /// through `PUT /api/model-prices/{provider}/{model}`, read from the database.
-fn render_runtime(prices: &[pricing::report::RuntimeEntry]) -> String {
+fn render_runtime(prices: &[pricing_report::RuntimeEntry]) -> String {
     if prices.is_empty() {
         return "no runtime prices set by any organization\n".to_owned();
     }

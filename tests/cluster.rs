@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::support::mock::MockUpstream;
 use crate::support::{backend_is_postgres, create_key, key_client, Server, TestApp};
 
-/// gpt-4o-mini: $0.15 input, $0.60 output per million tokens (`src/proxy/pricing.json`).
+/// gpt-4o-mini: $0.15 input, $0.60 output per million tokens (`crates/llm/src/pricing/pricing.json`).
 const INPUT_PRICE: i64 = 150_000;
 const OUTPUT_PRICE: i64 = 600_000;
 const INPUT_TOKENS: i64 = 10;

@@ -1,5 +1,5 @@
 //! The OpenAPI document against the routes the code registers: every route of the
-//! `configure` functions in `src/api/` and `src/proxy/` is documented with its
+//! `configure` functions in `crates/api/src/` and `crates/proxy/src/` is documented with its
 //! method, every documented operation is registered, and every operation states its
 //! security and the error envelope of its error responses.
 //!
@@ -113,12 +113,14 @@ fn scan(file: &Path, prefix: &str, routes: &mut BTreeSet<Route>) {
 }
 
 fn registered_routes() -> BTreeSet<Route> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
     let mut routes = BTreeSet::new();
-    for (dir, prefix) in [("api", "/api"), ("proxy", "")] {
+    for (dir, prefix) in [("api/src", "/api"), ("proxy/src", "")] {
         for entry in std::fs::read_dir(root.join(dir)).unwrap() {
             let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "rs") {
+            // The dashboard's files are served beside the control plane, not part of it.
+            let dashboard = path.file_name().is_some_and(|n| n == "dashboard.rs");
+            if path.extension().is_some_and(|e| e == "rs") && !dashboard {
                 scan(&path, prefix, &mut routes);
             }
         }

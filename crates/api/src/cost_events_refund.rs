@@ -10,7 +10,7 @@
 //!   refund's body says), and spend never goes below zero (storage and actors);
 //! - one refund per request: a second one is the first one's duplicate (200, its id).
 
-use crate::cost_events_ingest::{set_measured, CostEventInput};
+use crate::cost_events_input::{set_measured, CostEventInput};
 use spendgate_engine::accounting::event::{self, Dedup, EventSpec};
 use spendgate_engine::auth::identity::KeyIdentity;
 use spendgate_engine::db::cost_events::NewCostEvent;

@@ -9,6 +9,7 @@ pub mod budgets;
 pub mod cost_events;
 pub mod cost_events_daily;
 pub mod cost_events_ingest;
+pub mod cost_events_input;
 pub mod cost_events_refund;
 pub mod customer_bindings;
 pub mod customer_mappings;

@@ -17,11 +17,11 @@ use spendgate_engine::error::{ApiError, Issues};
 use spendgate_engine::model_prices::{self, OrgPrices};
 use spendgate_engine::openapi::Data;
 use spendgate_engine::plans::Role;
-use spendgate_engine::pricing::report::RECENT_DAYS;
-use spendgate_engine::pricing::{ModelPrice, PricingTable, Provider};
+use spendgate_engine::pricing_report::RECENT_DAYS;
 use spendgate_engine::state::AppState;
 use spendgate_engine::util::bounds::{check_range, MAX_PRICE_MICRODOLLARS_PER_MILLION_TOKENS as MAX_PRICE};
 use spendgate_engine::util::{ids, time};
+use spendgate_llm::pricing::{ModelPrice, PricingTable, Provider};
 
 /// Longest model name (as the proxy accepts and cost events store).
 pub const MAX_MODEL_CHARS: usize = 200;

@@ -525,7 +525,7 @@ impl Config {
 
     /// The operator-defined upstreams' names and wire formats, which the pricing file
     /// may key prices on.
-    pub fn named_formats(&self) -> Vec<(&str, crate::pricing::Provider)> {
+    pub fn named_formats(&self) -> Vec<(&str, spendgate_llm::pricing::Provider)> {
         self.upstreams.iter().map(|u| (u.name.as_str(), u.format)).collect()
     }
 
@@ -751,7 +751,7 @@ mod tests {
         let o = Overrides { config_file: Some(path.clone()), values: BTreeMap::new() };
         let c = Config::load_from(&o, &env(&[])).unwrap();
         assert_eq!(c.configured_upstream_names(), ["openai", "anthropic", "gemini", "gw", "vllm"]);
-        assert_eq!(c.upstream("gw").unwrap().format, crate::pricing::Provider::Anthropic);
+        assert_eq!(c.upstream("gw").unwrap().format, spendgate_llm::pricing::Provider::Anthropic);
         let c = Config::load_from(
             &o,
             &env(&[("SPENDGATE_UPSTREAMS", "name=or,format=openai,base_url=https://openrouter.ai/api")]),

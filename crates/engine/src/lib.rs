@@ -32,7 +32,7 @@ pub mod periods;
 pub mod plan_usage;
 pub mod plans;
 pub mod policy;
-pub mod pricing;
+pub mod pricing_report;
 pub mod processor;
 pub mod ratelimit;
 pub mod retention;

@@ -22,7 +22,7 @@ use moka::sync::Cache;
 use crate::config::Config;
 use crate::db::models::RuntimePrice;
 use crate::db::{self, DbError, Pool};
-use crate::pricing::{ModelPrice, PricingTable, Provider};
+use spendgate_llm::pricing::{ModelPrice, PricingTable, Provider};
 
 const CACHE_CAPACITY: u64 = 10_000;
 /// A safety net only: changes arrive through the feed within about a second.

@@ -14,9 +14,10 @@ use serde_json::{json, Value};
 
 use crate::auth::identity::KeyIdentity;
 use crate::error::ApiError;
-use crate::pricing::{report, ModelPrice, Provider};
+use crate::pricing_report as report;
 use crate::state::AppState;
 use crate::util::{ids, time};
+use spendgate_llm::pricing::{ModelPrice, Provider};
 
 /// The policy document of a key.
 pub async fn policy_of(state: &AppState, key: &KeyIdentity) -> Result<Value, ApiError> {

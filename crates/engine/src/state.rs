@@ -8,9 +8,9 @@ use crate::budgets::BudgetService;
 use crate::config::Config;
 use crate::db::Pool;
 use crate::metrics::Metrics;
-use crate::pricing::unpriced::UnpricedModels;
-use crate::pricing::PricingTable;
 use crate::ratelimit::RateLimiters;
+use spendgate_llm::pricing::unpriced::UnpricedModels;
+use spendgate_llm::pricing::PricingTable;
 
 /// Shared, cheaply cloneable application state.
 #[derive(Clone)]

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::pricing::Provider;
+use spendgate_llm::pricing::Provider;
 
 /// Names the built-in routes, the pricing table and stored events already use.
 pub const RESERVED_NAMES: [&str; 6] = ["openai", "anthropic", "gemini", "google", "gate", "mcp"];

@@ -5,7 +5,6 @@
 //! the plan's governed-request cap. A refusal here is final and leaves a denial record
 //! when it is enforcement (policy, plan).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,88 +15,27 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::admitted::{call_of, Admitted};
 use super::common::Common;
 use super::credential::{self, own_credential_refused, Credential};
-use super::denial::{self, Refused, DENIED};
+use super::denial::{self, DENIED};
 use super::events::{self, Call};
-use super::headers::{self, ProxyHeaders};
+use super::headers::{self};
 use super::upstream::{self, Route};
-use super::usage::{self, RequestSummary};
 use spendgate_engine::auth::identity::KeyIdentity;
 use spendgate_engine::error::{ApiError, ErrorCode};
 use spendgate_engine::plan_usage::PlanDecision;
 use spendgate_engine::plans::Plan;
-use spendgate_engine::pricing::{ModelPrice, Provider};
 use spendgate_engine::state::AppState;
 use spendgate_engine::util::time;
 use spendgate_engine::util::validate::{is_customer_id, RESERVED_TAG_PREFIX};
+use spendgate_llm::pricing::Provider;
+use spendgate_llm::usage::{self, RequestSummary};
 
 /// Request bodies larger than this are refused (413).
 pub const MAX_BODY: usize = 1_048_576;
 /// Longest model name accepted (the cost event's `model` is 1-200 characters).
 const MAX_MODEL_CHARS: usize = 200;
-
-/// A call that passed admission.
-pub struct Admitted {
-    pub key: Arc<KeyIdentity>,
-    pub provider: Provider,
-    pub route: Route,
-    pub headers: ProxyHeaders,
-    pub body: Bytes,
-    pub summary: RequestSummary,
-    pub model: String,
-    /// The organization's runtime price of the model, else the pricing table's entry
-    /// (dated aliases resolved), if either has one.
-    pub price: Option<ModelPrice>,
-    pub effective_tags: BTreeMap<String, String>,
-    pub customer: Option<String>,
-    /// Where the call goes: base URL, the upstream's name (stored credentials are
-    /// looked up by `target.name`) and the cost event's provider.
-    pub target: upstream::Target,
-    /// The call brings a provider credential of its own.
-    pub brings_own_credential: bool,
-    /// The provider credential the call is forwarded with.
-    pub credential: Credential,
-    pub trace_id: String,
-    pub now: i64,
-    /// Room among the unsettled calls (`max_unsettled_calls`), held until the call's
-    /// cost event is committed: when the accounting writer falls behind, new calls wait
-    /// here instead of piling up records in memory.
-    pub _room: OwnedSemaphorePermit,
-}
-
-impl Admitted {
-    pub fn call(&self) -> Call<'_> {
-        call_of(&self.key, self.event_provider(), &self.model, self.now)
-    }
-
-    /// The cost event's `provider`: the wire format's provider on the built-in
-    /// upstreams, the upstream's name on an operator-defined one.
-    pub fn event_provider(&self) -> &str {
-        &self.target.provider
-    }
-
-    /// Who the call was, for a denial record.
-    pub fn refused(&self) -> Refused<'_> {
-        Refused {
-            key: &self.key,
-            provider: self.event_provider(),
-            model: &self.model,
-            request_id: &self.headers.request_id,
-            tags: &self.effective_tags,
-            customer: self.customer.as_deref(),
-            session: self.headers.session.as_deref(),
-            trace_id: Some(&self.trace_id),
-            source: "proxy",
-            event_type: "llm",
-            defer: None,
-        }
-    }
-}
-
-pub(crate) fn call_of<'a>(key: &'a KeyIdentity, provider: &'a str, model: &'a str, now_ms: i64) -> Call<'a> {
-    Call { org_id: &key.org_id, api_key_id: &key.key_id, provider, model, now_ms }
-}
 
 /// Runs the admission checks in the spec's order; `common` collects the headers every
 /// answer carries, refusals included.

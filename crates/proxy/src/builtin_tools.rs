@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::usage::BuiltinCall;
-use spendgate_engine::pricing::{PricingTable, Provider};
 use spendgate_engine::util::validate::MAX_TAG_VALUE;
+use spendgate_llm::pricing::{PricingTable, Provider};
+use spendgate_llm::usage::BuiltinCall;
 
 /// Code interpreter calls are charged per container, not per call.
 const PER_CONTAINER: &str = "code_interpreter_call";

@@ -13,14 +13,14 @@
 use actix_web::http::header::{HeaderName, HeaderValue};
 use serde_json::json;
 
-use super::admission::Admitted;
+use super::admitted::Admitted;
 use super::denial::{dollars, DENIED};
 use super::reservation::Reservation;
 use super::upstream::Route;
-use super::usage::{self, Clamp};
 use spendgate_engine::error::{ApiError, ErrorCode};
-use spendgate_engine::pricing::Bound;
 use spendgate_engine::state::AppState;
+use spendgate_llm::pricing::Bound;
+use spendgate_llm::usage::{self, Clamp};
 
 /// The answer's header naming the output bound a clamped call was forwarded with.
 pub const HEADER: HeaderName = HeaderName::from_static("x-service-clamped-output-tokens");
@@ -109,7 +109,7 @@ fn refused(message: String, details: serde_json::Value) -> ApiError {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use spendgate_engine::pricing::{Bound, ModelPrice, ROUNDING_SLACK};
+    use spendgate_llm::pricing::{Bound, ModelPrice, ROUNDING_SLACK};
 
     #[test]
     fn the_tokens_a_grant_pays_for_never_cost_more_than_it() {

@@ -17,8 +17,8 @@ use super::upstream::{self, Route};
 use spendgate_engine::auth::identity::{KeyIdentity, KEY_HEADER, RAW_KEY_PREFIX};
 use spendgate_engine::credentials::CredentialError;
 use spendgate_engine::error::{ApiError, ErrorCode};
-use spendgate_engine::pricing::Provider;
 use spendgate_engine::state::AppState;
+use spendgate_llm::pricing::Provider;
 
 /// Where the call's spendgate key was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,7 +24,7 @@ use actors::budget::{BudgetSnapshot, EntityType, Reserve};
 use actors::store::EntityKey;
 use serde_json::{json, Value};
 
-use super::admission::call_of;
+use super::admitted::call_of;
 use super::denial::{self, Deferred, Refused};
 use super::mcp::authenticate;
 use super::reservation::{Ask, Reservation};

@@ -8,11 +8,12 @@ use std::time::Instant;
 use actix_web::http::header;
 use actix_web::HttpRequest;
 
-use super::admission::Admitted;
+use super::admitted::Admitted;
+use super::crossing;
 use super::upstream::{self, Route};
-use super::usage;
 use spendgate_engine::error::{ApiError, ErrorCode};
 use spendgate_engine::state::AppState;
+use spendgate_llm::usage;
 
 /// The provider's answer body.
 pub trait UpstreamBody:
@@ -49,7 +50,7 @@ pub async fn send(
     let url = upstream::url(&a.target.base, a.route, &a.model, req.query_string());
     let client = upstream::client(&state.config);
     let traceparent = super::trace::trace_of(req).traceparent;
-    let forwarded = upstream::forwarded_headers(
+    let forwarded = crossing::forwarded_headers(
         a.route,
         req.headers(),
         traceparent.as_deref(),

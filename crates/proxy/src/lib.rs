@@ -2,10 +2,12 @@
 //! Every response carries `X-Service-Trace-Id`.
 
 pub mod admission;
+pub mod admitted;
 pub mod builtin_tools;
 pub mod clamp;
 pub mod common;
 pub mod credential;
+pub mod crossing;
 pub mod customers;
 mod customers_doc;
 pub mod denial;
@@ -28,7 +30,6 @@ pub mod settlement;
 pub mod trace;
 pub mod traced;
 pub mod upstream;
-pub mod usage;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};

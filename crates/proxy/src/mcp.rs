@@ -35,7 +35,7 @@ use actors::store::EntityKey;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::admission::call_of;
+use super::admitted::call_of;
 use super::denial::{denial_error, tightest, Refused};
 use super::reservation::{Ask, Reservation};
 use spendgate_engine::accounting::event::{self, Dedup, EventSpec};

@@ -17,8 +17,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 
-use super::usage::{self, BuiltinCall, StreamUsage, ToolCall, WireFormat};
-use spendgate_engine::pricing::Usage;
+use spendgate_llm::pricing::Usage;
+use spendgate_llm::usage::{self, BuiltinCall, StreamUsage, ToolCall, WireFormat};
 
 /// Bytes of a non-streaming body kept for reading usage (larger bodies are passed
 /// through and charged the estimate).

@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use super::credential;
+use super::crossing;
 use super::upstream::{self, Route};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::Method;
@@ -63,7 +64,7 @@ async fn forward(
         credential::resolve(state, &key, key_source, Route::Responses, &target, brings_own).await?;
     let url = upstream_url(&target.base, req.path(), req.query_string());
     let traceparent = super::trace::trace_of(req).traceparent;
-    let forwarded = upstream::forwarded_headers(
+    let forwarded = crossing::forwarded_headers(
         Route::Responses,
         req.headers(),
         traceparent.as_deref(),
@@ -102,7 +103,7 @@ async fn forward(
     };
     let mut builder = HttpResponse::build(response.status());
     for (name, value) in response.headers() {
-        if upstream::passes_back(name) {
+        if crossing::passes_back(name) {
             builder.append_header((name.clone(), value.clone()));
         }
     }

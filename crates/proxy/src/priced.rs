@@ -11,15 +11,15 @@
 
 use serde_json::json;
 
-use super::admission::Admitted;
+use super::admitted::Admitted;
 use super::denial::{self, Refused, DENIED};
 use super::events;
 use super::upstream::Target;
 use spendgate_engine::db::unpriced::UNKNOWN_MODEL_TAG;
 use spendgate_engine::error::{ApiError, ErrorCode};
 use spendgate_engine::model_prices::UnpricedPolicy;
-use spendgate_engine::pricing::{ModelPrice, Provider};
 use spendgate_engine::state::AppState;
+use spendgate_llm::pricing::{ModelPrice, Provider};
 
 /// The price of `model` for the organization, with the name the price is known by,
 /// and the organization's `unpricedModels` setting.

@@ -24,20 +24,22 @@ use actors::budget::messages::CallFingerprint;
 use actors::budget::{BudgetSnapshot, Reserve};
 use actors::store::EntityKey;
 
-use super::admission::{self, Admitted};
+use super::admission;
+use super::admitted::Admitted;
 use super::clamp;
 use super::common::{Common, Timing};
+use super::crossing;
 use super::denial::{proximity, DENIED};
 use super::forward::{self, Forwarded};
 use super::meter::{Metered, Seen};
 use super::reservation::{Ask, Reservation};
 use super::settlement::Settlement;
 use super::traced;
-use super::upstream::{self, Route};
+use super::upstream::Route;
 use spendgate_engine::accounting::targets::entity_keys;
 use spendgate_engine::error::{ApiError, ErrorCode};
-use spendgate_engine::pricing::Provider;
 use spendgate_engine::state::AppState;
+use spendgate_llm::pricing::Provider;
 
 pub async fn chat_completions(
     req: HttpRequest,
@@ -321,7 +323,7 @@ fn answer_head<S>(
 ) -> HttpResponseBuilder {
     let mut builder = HttpResponse::build(response.status());
     for (name, value) in response.headers() {
-        if upstream::passes_back(name) {
+        if crossing::passes_back(name) {
             builder.append_header((name.clone(), value.clone()));
         }
     }

@@ -31,16 +31,16 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::admission::Admitted;
+use super::admitted::Admitted;
 use super::builtin_tools::{self, BuiltinCharge};
 use super::meter::{End, Seen, MAX_BODY_RECORD};
 use super::reservation::Reservation;
 use spendgate_engine::accounting::event::{self, Dedup, EventSpec};
 use spendgate_engine::db::cost_events::NewCostEvent;
 use spendgate_engine::db::models::CostEventBody;
-use spendgate_engine::pricing::{self, Provider, Usage};
 use spendgate_engine::state::AppState;
 use spendgate_engine::util::time;
+use spendgate_llm::pricing::{self, Provider, Usage};
 
 /// Tag of a call that settled above its reservation: the excess in microdollars.
 pub const OVER_RESERVATION_TAG: &str = "_svc_over_reservation";

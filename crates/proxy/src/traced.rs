@@ -9,13 +9,13 @@ use std::time::Instant;
 use actix_web::http::StatusCode;
 use actix_web::HttpRequest;
 
-use super::admission::Admitted;
+use super::admitted::Admitted;
 use super::denial::DENIED;
 use super::upstream::Route;
 use spendgate_engine::error::ApiError;
-use spendgate_engine::pricing::Provider;
 use spendgate_engine::telemetry::spans::{self, CallTrace, Outcome, Parent};
 use spendgate_engine::telemetry::Telemetry;
+use spendgate_llm::pricing::Provider;
 
 /// `gen_ai.operation.name` of a route.
 pub fn operation(route: Route) -> &'static str {

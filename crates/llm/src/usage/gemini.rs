@@ -4,7 +4,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::{remember, remember_reason, FinishReason, ProviderUsage, Text, ToolCall};
-use spendgate_engine::pricing::Usage;
+use crate::pricing::Usage;
 
 // ---------------------------------------------------------------------------------------
 // Gemini generateContent

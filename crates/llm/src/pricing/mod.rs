@@ -42,7 +42,6 @@ mod cost;
 #[cfg(test)]
 mod families;
 mod price;
-pub mod report;
 mod table;
 pub mod unpriced;
 

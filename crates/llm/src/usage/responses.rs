@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use serde::Deserialize;
 
 use super::{remember, remember_reason, FinishReason, ProviderUsage, Text, ToolCall};
-use spendgate_engine::pricing::Usage;
+use crate::pricing::Usage;
 
 /// A tool the provider ran itself (web search, file search, code interpreter, ...),
 /// charged per call where the provider publishes a price.

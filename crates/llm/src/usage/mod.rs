@@ -2,7 +2,7 @@
 //! and server-sent-event streams parsed incrementally while they pass through to the
 //! client. Pure functions over bytes, no I/O.
 //!
-//! Every parser normalises to [`Usage`] as defined in `proxy::pricing` (input includes
+//! Every parser normalises to [`Usage`] as defined in `crate::pricing` (input includes
 //! cache reads and writes, output includes reasoning), so that one cost formula serves all
 //! providers. Parsing is on the hot path: the structs below name only the fields we need,
 //! and strings are borrowed from the input unless they contain escapes.
@@ -34,7 +34,7 @@ pub use request::{
 pub use responses::{embeddings_usage, BuiltinCall, ResponsesUsage};
 pub use sse::{SseEvent, SseParser, MAX_SSE_EVENT_BYTES};
 
-use spendgate_engine::pricing::{Provider, Usage};
+use crate::pricing::{Provider, Usage};
 
 /// The shape of a route's requests and answers, which decides how they are read: one
 /// provider may speak several (OpenAI's chat completions, Responses and embeddings).

@@ -65,7 +65,7 @@ pub struct PricingTable {
 }
 
 impl PricingTable {
-    /// The table shipped with the binary (`src/pricing/pricing.json`).
+    /// The table shipped with the binary (`pricing.json` beside this file).
     ///
     /// # Errors
     ///

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::{remember, remember_reason, FinishReason, ProviderUsage, Text, ToolCall};
-use spendgate_engine::pricing::Usage;
+use crate::pricing::Usage;
 
 // ---------------------------------------------------------------------------------------
 // Anthropic messages

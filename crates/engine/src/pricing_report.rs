@@ -4,11 +4,11 @@
 
 use serde::Serialize;
 
-use super::{PricingTable, Provider};
 use crate::db::models::RuntimePrice;
 use crate::db::unpriced::{self, UnpricedModel};
 use crate::db::{DbResult, Pool};
 use crate::util::{ids, time};
+use spendgate_llm::pricing::{PricingTable, Provider};
 
 /// How far back "recently seen" looks.
 pub const RECENT_DAYS: i64 = 7;

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::{Text, WireFormat};
-use spendgate_engine::pricing::Provider;
+use crate::pricing::Provider;
 
 // ---------------------------------------------------------------------------------------
 // Requests
