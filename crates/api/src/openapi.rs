@@ -1,6 +1,6 @@
-//! `GET /api/openapi.json`: serves the document assembled in `spendgate_engine::openapi` (above
-//! this layer: it gathers every endpoint's part), which the wiring hands in as
-//! [`Document`], serialized once at start.
+//! `GET /api/openapi.json`: serves the document assembled by the binary crate
+//! (`spendgate::openapi`, above both surfaces: it gathers every endpoint's part), which
+//! the wiring hands in as [`Document`], serialized once at start.
 
 use actix_web::http::header::{ContentType, HOST};
 use actix_web::{get, web, HttpRequest, HttpResponse};
@@ -29,7 +29,7 @@ pub struct Document {
 }
 
 impl Document {
-    /// `document` names the proxy by `proxy_url` (see `crate::openapi::served`).
+    /// `document` names the proxy by `proxy_url` (see `spendgate::openapi::served`).
     pub fn new(
         document: &utoipa::openapi::OpenApi,
         proxy_url: &str,

@@ -1,7 +1,7 @@
 //! What the control plane's and the proxy's documentation share: the security scheme
 //! names operations refer to, the `{ data }` and page wrappers, and the spec's error
-//! envelope. Below both surfaces; the document itself is assembled above them
-//! ([`super::document`]).
+//! envelope. Below both surfaces; the document itself is assembled above them, by the
+//! binary crate (`spendgate::openapi::document`).
 
 use utoipa::ToSchema;
 
