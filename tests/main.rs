@@ -34,6 +34,7 @@ mod proxy_money;
 mod proxy_responses;
 mod rollups;
 mod sdk_python;
+mod tls;
 mod tool_costs;
 mod upstreams;
 mod webhooks;

@@ -141,9 +141,11 @@ impl AppState {
     }
 
     /// The proxy's base URL as agents should call it: the configured
-    /// `proxy_public_url`, else `http://` and [`Self::proxy_addr`].
+    /// `proxy_public_url`, else `http://` (`https://` when the proxy serves TLS) and
+    /// [`Self::proxy_addr`].
     pub fn proxy_public_url(&self) -> String {
-        self.config.proxy_public_url.clone().unwrap_or_else(|| format!("http://{}", self.proxy_addr()))
+        let scheme = if self.config.proxy_tls.is_some() { "https" } else { "http" };
+        self.config.proxy_public_url.clone().unwrap_or_else(|| format!("{scheme}://{}", self.proxy_addr()))
     }
 }
 
