@@ -10,6 +10,8 @@
 mod anthropic;
 mod bound;
 mod gemini;
+#[cfg(test)]
+mod golden;
 mod openai;
 mod request;
 mod responses;
