@@ -1,8 +1,8 @@
 //! TLS on the listeners (`proxy_tls_cert` / `proxy_tls_key`, `control_tls_*`): a
 //! governed call over https with a certificate from a test CA, the control plane over
-//! https, plain http and untrusted clients refused, and a certificate renewed on
-//! SIGHUP while a stream is in flight: the stream finishes and is charged, new
-//! connections get the new certificate.
+//! https, plain http and untrusted clients refused, a client that goes away over TLS
+//! noticed at once, and a certificate renewed on SIGHUP while a stream is in flight:
+//! the stream finishes and is charged, new connections get the new certificate.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -76,6 +76,31 @@ async fn the_proxy_serves_https_with_the_configured_certificate() {
     // The OpenAPI document names the proxy by its https address.
     let doc = s.owner.get("/api/openapi.json").await;
     assert!(doc.text.contains(&format!("\"{proxy}\"")), "{}", &doc.text[..doc.text.len().min(400)]);
+}
+
+#[tokio::test]
+async fn a_client_gone_over_tls_is_noticed_before_the_provider_answers() {
+    let ca = TestCa::new();
+    let f = files(&ca);
+    let s =
+        setup_with(&[("SPENDGATE_PROXY_TLS_CERT", path(&f.cert)), ("SPENDGATE_PROXY_TLS_KEY", path(&f.key))])
+            .await;
+    // The provider takes 10 s to answer; the client gives up after 300 ms.
+    let mut slow = stream_body(1, 0);
+    slow["stream"] = json!(false);
+    slow["mock"]["delay_ms"] = json!(10_000);
+    let gone = ca
+        .client()
+        .post(format!("{}/v1/messages", s.app.server.proxy))
+        .header("x-service-key", &s.raw)
+        .json(&slow)
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up first");
+    // Within two seconds (not after the provider's 10 s): charged its estimate.
+    let e = tokio::time::timeout(Duration::from_secs(2), s.events(1)).await.expect("recorded at once");
+    assert_eq!(e[0]["tags"]["_svc_cancelled"], "true", "{}", e[0]);
 }
 
 #[tokio::test]
