@@ -348,6 +348,20 @@ pub struct ProviderCredential {
     pub updated_at: i64,
 }
 
+/// An MCP server of an organization; its headers stay encrypted here.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = mcp_servers)]
+pub struct McpServer {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub url: String,
+    /// JSON array of the header names.
+    pub header_names: String,
+    pub encrypted_headers: Option<String>,
+    pub created_at: i64,
+}
+
 /// A price an organization set at run time, in µ$ per million tokens.
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = model_prices)]

@@ -233,6 +233,27 @@ diesel::table! {
 }
 
 diesel::table! {
+    mcp_servers (id) {
+        id -> Text,
+        org_id -> Text,
+        name -> Text,
+        url -> Text,
+        header_names -> Text,
+        encrypted_headers -> Nullable<Text>,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    mcp_server_changes (id) {
+        id -> Text,
+        org_id -> Text,
+        name -> Text,
+        changed_at -> BigInt,
+    }
+}
+
+diesel::table! {
     model_prices (id) {
         id -> Text,
         org_id -> Text,
@@ -554,6 +575,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     key_changes,
     provider_credentials,
     provider_credential_changes,
+    mcp_servers,
+    mcp_server_changes,
     model_prices,
     model_price_changes,
     cost_events,
