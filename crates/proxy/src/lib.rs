@@ -18,6 +18,7 @@ pub mod headers;
 pub mod health;
 pub mod internal;
 pub mod mcp;
+pub mod mcp_gateway;
 pub mod meter;
 pub mod openapi;
 pub mod passthrough;
@@ -118,6 +119,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/v1/policy", web::get().to(policy::get_policy))
             .route("/v1/mcp/budget/check", web::post().to(mcp::budget_check))
             .route("/v1/mcp/events", web::post().to(mcp::record_event))
+            .configure(mcp_gateway::configure)
             .route("/v1/bind", web::post().to(customers::bind))
             .route("/v1/gate", web::post().to(customers::gate))
             .route("/v1/customers/{customer_id}/unit-economics", web::get().to(customers::unit_economics))
