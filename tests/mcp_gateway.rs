@@ -374,3 +374,49 @@ async fn forty_concurrent_calls_admit_exactly_what_a_strict_budget_affords() {
     let budget = budget.unwrap_or_else(|| panic!("{budgets:?}"));
     assert_eq!(budget["spendMicrodollars"], limit, "{budget}");
 }
+
+#[tokio::test]
+async fn a_tool_outside_allowed_tools_is_neither_listed_nor_called() {
+    let g = gateway().await;
+    let body = json!({ "name": "narrow", "allowedTools": ["search/search", "search/echo", "other/*"] });
+    let r = g.owner.post("/api/keys", body).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(r.body["data"]["allowedTools"], json!(["search/search", "search/echo", "other/*"]));
+    let raw = r.body["data"]["rawKey"].as_str().unwrap().to_owned();
+    let out = python::run("mcp_client.py", "restricted", &g.url("search"), &raw).await;
+    assert_eq!(out["tools"], json!(["echo", "search"]), "{out}");
+    let message = out["error"]["message"].as_str().unwrap_or_else(|| panic!("{out}"));
+    assert!(message.contains("search/delete_row"), "names the tool: {out}");
+    assert_eq!(g.server.executions("delete_row"), 0, "never reached the server");
+    assert!(g.tool_events().await.is_empty());
+    // The full key still sees every tool.
+    assert_eq!(g.client("basic").await["tools"], json!(["delete_row", "echo", "search"]));
+}
+
+#[tokio::test]
+async fn allowed_tools_are_set_listed_cleared_and_checked() {
+    let app = TestApp::start().await;
+    let owner = app.owner().await;
+    let (id, _) = create_key(&owner, "agent").await;
+    let path = format!("/api/keys/{id}");
+    let r = owner.patch(&path, json!({ "allowedTools": ["search/*"] })).await;
+    assert_eq!((r.status, r.body["data"]["allowedTools"].clone()), (200, json!(["search/*"])), "{r:?}");
+    let list = owner.get("/api/keys").await;
+    assert_eq!(list.body["data"][0]["allowedTools"], json!(["search/*"]), "{list:?}");
+    let r = owner.patch(&path, json!({ "allowedTools": [] })).await;
+    assert_eq!(r.body["data"]["allowedTools"], json!([]), "{r:?}");
+    let r = owner.patch(&path, json!({ "allowedTools": null })).await;
+    assert_eq!(r.body["data"]["allowedTools"], Value::Null, "{r:?}");
+
+    let many: Vec<String> = (0..101).map(|i| format!("s/t{i}")).collect();
+    let r = owner.patch(&path, json!({ "allowedTools": many })).await;
+    assert!(r.issue_paths().contains(&json!(["allowedTools"])), "{r:?}");
+    let r = owner.patch(&path, json!({ "allowedTools": ["search", "Search/x", "search/"] })).await;
+    let paths = r.issue_paths();
+    for i in ["0", "1", "2"] {
+        assert!(paths.contains(&json!(["allowedTools", i])), "{r:?}");
+    }
+    let r = owner.post("/api/keys", json!({ "name": "bad", "allowedTools": ["nope"] })).await;
+    assert!(r.issue_paths().contains(&json!(["allowedTools", "0"])), "{r:?}");
+    assert_eq!(owner.get("/api/keys").await.body["data"][0]["allowedTools"], Value::Null, "nothing changed");
+}

@@ -9,6 +9,8 @@ Cases:
 - `basic`: initialize, list the tools, call `search` and `echo`.
 - `call:<tool>`: initialize and call one tool.
 - `burst:<n>`: initialize and call `search` n times at once.
+- `restricted`: initialize, list the tools, call `delete_row` (expected refused with a
+  JSON-RPC error, whose message is printed).
 """
 
 import asyncio
@@ -16,7 +18,7 @@ import json
 import os
 import sys
 
-from mcp import ClientSession
+from mcp import ClientSession, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -49,6 +51,13 @@ async def run(case: str) -> dict:
                 out["echo"] = await call(session, "echo")
             elif case.startswith("call:"):
                 out["result"] = await call(session, case.split(":", 1)[1])
+            elif case == "restricted":
+                tools = await session.list_tools()
+                out["tools"] = sorted(t.name for t in tools.tools)
+                try:
+                    out["result"] = await call(session, "delete_row")
+                except MCPError as e:
+                    out["error"] = {"code": e.error.code, "message": e.error.message}
             elif case.startswith("burst:"):
                 n = int(case.split(":", 1)[1])
                 results = await asyncio.gather(*(call(session, "search") for _ in range(n)))

@@ -53,6 +53,26 @@ pub fn is_server_name(name: &str) -> bool {
         && bytes.iter().all(allowed)
 }
 
+/// Most entries of a key's `allowedTools`.
+pub const MAX_ALLOWED_TOOLS: usize = 100;
+
+/// Whether `entry` is an `allowedTools` entry: `server/tool` or `server/*`, the
+/// server a valid server name, the tool 1-200 characters without control characters.
+pub fn is_tool_rule(entry: &str) -> bool {
+    let Some((server, tool)) = entry.split_once('/') else { return false };
+    let tool_ok = (1..=200).contains(&tool.chars().count()) && !tool.chars().any(char::is_control);
+    is_server_name(server) && tool_ok
+}
+
+/// Whether `allowed` (a key's `allowedTools`; `None` = all) lets the key use `tool` of
+/// `server`.
+pub fn tool_allowed(allowed: Option<&[String]>, server: &str, tool: &str) -> bool {
+    let Some(allowed) = allowed else { return true };
+    allowed
+        .iter()
+        .any(|entry| entry.split_once('/').is_some_and(|(s, t)| s == server && (t == "*" || t == tool)))
+}
+
 /// Why a header cannot be stored, if it cannot.
 pub fn header_problem(name: &str, value: &str) -> Option<&'static str> {
     if name.is_empty() || name.len() > 100 || !name.bytes().all(is_token_byte) {
@@ -162,6 +182,18 @@ mod tests {
         assert!(!is_server_name("_x"));
         assert!(!is_server_name("Search"));
         assert!(!is_server_name("a/b"));
+    }
+
+    #[test]
+    fn tool_rules() {
+        assert!(is_tool_rule("search/web_search") && is_tool_rule("search/*"));
+        assert!(!is_tool_rule("search") && !is_tool_rule("Search/x") && !is_tool_rule("search/"));
+        let allowed = vec!["search/web".to_owned(), "mail/*".to_owned()];
+        assert!(tool_allowed(None, "any", "thing"));
+        assert!(tool_allowed(Some(&allowed), "search", "web"));
+        assert!(!tool_allowed(Some(&allowed), "search", "fetch"));
+        assert!(tool_allowed(Some(&allowed), "mail", "send"));
+        assert!(!tool_allowed(Some(&[]), "search", "web"));
     }
 
     #[test]

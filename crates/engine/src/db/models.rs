@@ -83,6 +83,8 @@ pub struct ApiKey {
     pub created_at: i64,
     pub revoked_at: Option<i64>,
     pub require_stored_credentials: bool,
+    /// JSON array of `server/tool` or `server/*`; NULL = every MCP tool.
+    pub allowed_tools: Option<String>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]

@@ -78,6 +78,7 @@ diesel::table! {
         created_at -> BigInt,
         revoked_at -> Nullable<BigInt>,
         require_stored_credentials -> Bool,
+        allowed_tools -> Nullable<Text>,
     }
 }
 

@@ -1,5 +1,6 @@
 //! `tools/call` through the gateway, in this order: the key and its rate limits (already
-//! checked by the gateway); the tool's cost from tool costs (a tool the organization has
+//! checked by the gateway); the tool allowed by the key's `allowedTools` (otherwise a
+//! JSON-RPC error naming the tool, nothing forwarded); the tool's cost from tool costs (a tool the organization has
 //! not priced: 0, tagged `_svc_unpriced_tool`); a reservation of that cost on every
 //! budget the call counts against (key, user, tags, customer, session: the provider
 //! routes' `X-Service-*` headers), all or nothing, exactly as `/v1/mcp/events`; the
@@ -29,6 +30,7 @@ use spendgate_engine::accounting::event::{self, Dedup, EventSpec};
 use spendgate_engine::accounting::targets::entity_keys;
 use spendgate_engine::db::cost_events::Outcome;
 use spendgate_engine::error::ApiError;
+use spendgate_engine::mcp_servers::tool_allowed;
 use spendgate_engine::state::AppState;
 use spendgate_engine::util::time;
 
@@ -95,6 +97,9 @@ pub async fn handle(
     body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let key = &opened.key;
+    if !tool_allowed(key.allowed_tools.as_deref(), &opened.server.name, &call.name) {
+        return Ok(not_allowed(&call, &opened.server.name));
+    }
     let charge = charge_of(req, state, opened, &call.name).await?;
     let now = time::now_ms();
     let keys = entity_keys(key, &charge.tags, charge.customer.as_deref());
@@ -182,6 +187,19 @@ async fn record(
     }
     reservation.committed();
     Ok(())
+}
+
+/// The JSON-RPC error of a tool outside the key's `allowedTools`.
+fn not_allowed(call: &ToolCall, server: &str) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "jsonrpc": "2.0",
+        "id": call.id,
+        "error": {
+            "code": -32602,
+            "message": format!("Tool {server}/{} is not allowed for this key (allowedTools)", call.name),
+            "data": { "tool": call.name, "server": server },
+        },
+    }))
 }
 
 /// A budget refusal (not a failure to reach the budgets).

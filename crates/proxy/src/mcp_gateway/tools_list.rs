@@ -3,7 +3,7 @@
 //! (`serverName` = the server's name; description and annotations stored, `lastSeenAt`
 //! updated), except that a tool's cost is never changed by being listed: a new tool
 //! starts at 0 (`discovered`), a priced one keeps its price. The answer goes back as
-//! the server sent it.
+//! the server sent it, less the tools outside the key's `allowedTools`.
 
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
@@ -13,6 +13,7 @@ use super::{forward, Opened};
 use spendgate_engine::db::models::ToolCost;
 use spendgate_engine::db::{self};
 use spendgate_engine::error::{ApiError, ErrorCode, Issues};
+use spendgate_engine::mcp_servers::tool_allowed;
 use spendgate_engine::state::AppState;
 use spendgate_engine::tool_costs::check_tool_name;
 use spendgate_engine::util::{ids, time};
@@ -41,13 +42,61 @@ pub async fn handle(
             ApiError::new(ErrorCode::UpstreamError, format!("MCP server answer unreadable: {e}"))
         })?;
     let mut head = forward::head(&response, opened);
-    if response.status().is_success() {
-        let tools = listed_tools(&answer);
-        if !tools.is_empty() {
-            register(state, opened, tools).await;
-        }
+    if !response.status().is_success() {
+        return Ok(head.body(answer));
     }
-    Ok(head.body(answer))
+    let tools = listed_tools(&answer);
+    if !tools.is_empty() {
+        register(state, opened, tools).await;
+    }
+    let Some(allowed) = opened.key.allowed_tools.as_deref() else {
+        return Ok(head.body(answer));
+    };
+    let server = opened.server.name.as_str();
+    let keep = |tool: &Value| {
+        tool.get("name").and_then(Value::as_str).is_some_and(|t| tool_allowed(Some(allowed), server, t))
+    };
+    Ok(head.body(filtered(&answer, keep)))
+}
+
+/// The answer with only the tools `keep` keeps (a JSON answer, or the SSE event that
+/// carries the result; other events unchanged).
+pub fn filtered(answer: &[u8], keep: impl Fn(&Value) -> bool) -> Vec<u8> {
+    let filter = |v: &mut Value| -> bool {
+        match v.pointer_mut("/result/tools").and_then(Value::as_array_mut) {
+            Some(tools) => {
+                tools.retain(&keep);
+                true
+            }
+            None => false,
+        }
+    };
+    if let Ok(mut v) = serde_json::from_slice::<Value>(answer) {
+        filter(&mut v);
+        return v.to_string().into_bytes();
+    }
+    let text = String::from_utf8_lossy(answer).replace("\r\n", "\n");
+    let events: Vec<String> = text
+        .split("\n\n")
+        .map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            let Ok(mut v) = serde_json::from_str::<Value>(&data.join("\n")) else {
+                return event.to_owned();
+            };
+            if !filter(&mut v) {
+                return event.to_owned();
+            }
+            let mut kept: Vec<String> =
+                event.lines().filter(|l| !l.starts_with("data:")).map(str::to_owned).collect();
+            kept.push(format!("data: {v}"));
+            kept.join("\n")
+        })
+        .collect();
+    events.join("\n\n").into_bytes()
 }
 
 /// The tools of a `tools/list` result, from a JSON answer or the SSE events of one.
@@ -128,5 +177,19 @@ mod tests {
         let sse = format!("event: message\r\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"}}\r\n\r\nevent: message\r\ndata: {result}\r\n\r\n");
         assert_eq!(listed_tools(sse.as_bytes()), vec![json!({ "name": "search" })]);
         assert!(listed_tools(b"not json").is_empty());
+    }
+
+    #[test]
+    fn answers_keep_only_the_kept_tools() {
+        let result =
+            json!({ "jsonrpc": "2.0", "id": 2, "result": { "tools": [{ "name": "a" }, { "name": "b" }] } });
+        let keep = |t: &Value| t["name"] == "b";
+        let json_answer: Value =
+            serde_json::from_slice(&filtered(result.to_string().as_bytes(), keep)).unwrap();
+        assert_eq!(json_answer["result"]["tools"], json!([{ "name": "b" }]));
+        let sse = format!("event: message\r\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"n\"}}\r\n\r\nevent: message\r\nid: 7\r\ndata: {result}\r\n\r\n");
+        let out = String::from_utf8(filtered(sse.as_bytes(), keep)).unwrap();
+        assert!(out.starts_with("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"n\"}\n\nevent: message\nid: 7\ndata: "), "{out}");
+        assert_eq!(listed_tools(out.as_bytes()), vec![json!({ "name": "b" })]);
     }
 }
