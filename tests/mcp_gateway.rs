@@ -420,3 +420,28 @@ async fn allowed_tools_are_set_listed_cleared_and_checked() {
     assert!(r.issue_paths().contains(&json!(["allowedTools", "0"])), "{r:?}");
     assert_eq!(owner.get("/api/keys").await.body["data"][0]["allowedTools"], Value::Null, "nothing changed");
 }
+
+#[tokio::test]
+async fn unpriced_tools_are_blocked_when_the_organization_says_so() {
+    let g = gateway().await;
+    let org = g.owner.get("/api/auth/session").await.body["data"]["org"]["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/orgs/{org}");
+    let r = g.owner.patch(&path, json!({ "unpricedTools": "maybe" })).await;
+    assert!(r.issue_paths().contains(&json!(["unpricedTools"])), "{r:?}");
+    let r = g.owner.get(&path).await;
+    assert_eq!(r.body["data"]["unpricedTools"], "allow", "the default: {r:?}");
+    let r = g.owner.patch(&path, json!({ "unpricedTools": "block" })).await;
+    assert_eq!((r.status, r.body["data"]["unpricedTools"].clone()), (200, json!("block")), "{r:?}");
+
+    let out = g.client("call:echo").await;
+    assert_eq!(out["result"]["isError"], true, "{out}");
+    assert_eq!(out["result"]["meta"]["spendgate/denial"]["code"], "tool_not_priced", "{out}");
+    assert!(out["result"]["text"].as_str().unwrap().contains("echo"), "{out}");
+    assert_eq!(g.server.executions("echo"), 0);
+    let out = g.client("call:search").await;
+    assert_eq!(out["result"]["isError"], false, "a priced tool still runs: {out}");
+    assert_eq!(g.tool_events().await.len(), 1);
+
+    let log = g.owner.get("/api/audit-log?limit=100").await;
+    assert!(log.text.contains("org_unpriced_tools.updated"), "{log:?}");
+}

@@ -41,6 +41,7 @@ pub mod actions {
     pub const MODEL_PRICE_SET: &str = "model_price.set";
     pub const MODEL_PRICE_DELETED: &str = "model_price.deleted";
     pub const ORG_UNPRICED_MODELS_UPDATED: &str = "org_unpriced_models.updated";
+    pub const ORG_UNPRICED_TOOLS_UPDATED: &str = "org_unpriced_tools.updated";
 }
 
 /// `resourceType` values.

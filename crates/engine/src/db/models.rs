@@ -28,6 +28,8 @@ pub struct Organization {
     pub updated_at: i64,
     /// `estimate` or `block`: what a call to a model without a price does.
     pub unpriced_models: String,
+    /// `allow` or `block`: what a gateway tool call of a tool without a cost does.
+    pub unpriced_tools: String,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]

@@ -23,6 +23,7 @@ diesel::table! {
         created_at -> BigInt,
         updated_at -> BigInt,
         unpriced_models -> Text,
+        unpriced_tools -> Text,
     }
 }
 

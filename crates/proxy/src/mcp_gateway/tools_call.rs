@@ -65,27 +65,34 @@ struct Charge {
     request_id: String,
 }
 
+/// `None` when the tool has no cost and the organization's `unpricedTools` is `block`.
 async fn charge_of(
     req: &HttpRequest,
     state: &AppState,
     opened: &Opened,
     tool: &str,
-) -> Result<Charge, ApiError> {
+) -> Result<Option<Charge>, ApiError> {
     let headers = crate::headers::parse(req.headers())?;
     let (mut tags, customer) = context(&opened.key, Some(headers.tags), headers.customer);
     let priced = state.tool_costs.cost_of(&state.pool, &opened.key.org_id, &opened.server.name, tool).await?;
+    if priced.is_none() {
+        let org = state.model_prices.of(&state.pool, &state.config, &opened.key.org_id).await?;
+        if org.block_unpriced_tools {
+            return Ok(None);
+        }
+    }
     let cost = priced.unwrap_or_else(|| {
         tags.insert(UNPRICED_TOOL_TAG.to_owned(), "true".to_owned());
         0
     });
-    Ok(Charge {
+    Ok(Some(Charge {
         cost,
         tags,
         customer,
         session: headers.session,
         trace_id: crate::trace::trace_of(req).trace_id,
         request_id: headers.request_id,
-    })
+    }))
 }
 
 /// Governs and forwards one `tools/call`.
@@ -100,7 +107,13 @@ pub async fn handle(
     if !tool_allowed(key.allowed_tools.as_deref(), &opened.server.name, &call.name) {
         return Ok(not_allowed(&call, &opened.server.name));
     }
-    let charge = charge_of(req, state, opened, &call.name).await?;
+    let Some(charge) = charge_of(req, state, opened, &call.name).await? else {
+        let message = format!(
+            "spendgate refused the call of tool {}: the organization has no cost for it and blocks unpriced tools (unpricedTools: block). Ask an administrator to price it.",
+            call.name
+        );
+        return Ok(tool_error(&call, message, json!({ "code": "tool_not_priced", "tool": call.name })));
+    };
     let now = time::now_ms();
     let keys = entity_keys(key, &charge.tags, charge.customer.as_deref());
     let reserve = Reserve {
@@ -228,6 +241,11 @@ fn refusal(call: &ToolCall, e: &ApiError) -> HttpResponse {
     if let (Some(denial), Some(details)) = (denial.as_object_mut(), details.as_object()) {
         denial.extend(details.clone());
     }
+    tool_error(call, text, denial)
+}
+
+/// A tool result with `isError: true` the model reads, and `_meta["spendgate/denial"]`.
+fn tool_error(call: &ToolCall, text: String, denial: Value) -> HttpResponse {
     HttpResponse::Ok().json(json!({
         "jsonrpc": "2.0",
         "id": call.id,
