@@ -119,9 +119,3 @@ async fn read_body(mut payload: web::Payload) -> Result<Bytes, ApiError> {
     }
     Ok(body.freeze())
 }
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/mcp/{name}", web::post().to(post))
-        .route("/mcp/{name}", web::get().to(get))
-        .route("/mcp/{name}", web::delete().to(delete));
-}
