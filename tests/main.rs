@@ -20,6 +20,7 @@ mod keys;
 mod leases;
 mod margins;
 mod margins_more;
+mod mcp_gateway;
 mod mock_selftest;
 mod model_prices;
 mod openapi;

@@ -37,6 +37,8 @@ pub struct Inner {
     pub model_prices: crate::model_prices::PriceCache,
     /// Decrypted provider credentials per (organization, upstream).
     pub credentials: crate::credentials::CredentialCache,
+    /// MCP servers per (organization, name), headers decrypted.
+    pub mcp_servers: crate::mcp_servers::ServerCache,
     /// Active status of customer bindings, for the gate.
     pub bindings: crate::binding_cache::BindingCache,
     /// Governed-request counters per organization (plan caps).
@@ -122,6 +124,7 @@ impl AppState {
             tool_costs: crate::tool_costs::ToolCostCache::default(),
             model_prices: crate::model_prices::PriceCache::default(),
             credentials: crate::credentials::CredentialCache::default(),
+            mcp_servers: crate::mcp_servers::ServerCache::default(),
             bindings: crate::binding_cache::BindingCache::default(),
             plan_usage: crate::plan_usage::PlanUsage::default(),
             unsettled,

@@ -25,6 +25,7 @@ pub mod fold;
 pub mod fold_sums;
 pub mod keys;
 pub mod margins;
+pub mod mcp_servers;
 pub mod model_prices;
 pub mod models;
 pub mod orgs;
