@@ -203,6 +203,24 @@ async fn a_client_gone_before_the_answer_is_settled_at_once() {
     }
 }
 
+/// A tool call that costs nothing fits a strict budget that just refused a priced one
+/// (on PostgreSQL the budget's lease has no room left, and a free call must not ask it
+/// for any).
+#[tokio::test]
+async fn a_free_tool_call_passes_a_budget_that_refused_a_priced_one() {
+    let s = setup().await;
+    s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 1_000,
+        "policy": "strict_block" }))
+        .await;
+    let tool = |cost: i64| json!({ "toolName": "search", "toolServer": "web", "costMicrodollars": cost });
+    assert_eq!(s.send("/v1/mcp/events", &tool(800), &[]).await.status, 201);
+    let refused = s.send("/v1/mcp/events", &tool(800), &[]).await;
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let free = s.send("/v1/mcp/events", &tool(0), &[]).await;
+    assert_eq!(free.status, 201, "a call that costs nothing fits: {free:?}");
+    assert_eq!(s.key_spend().await, (800, 800));
+}
+
 #[tokio::test]
 async fn mcp_routes_authenticate_before_reading_the_body() {
     let s = setup().await;

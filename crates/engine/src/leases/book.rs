@@ -122,6 +122,12 @@ impl LeaseBook {
         if !self.live(now) {
             return Ok(None);
         }
+        if amount <= 0 {
+            // Nothing to hold (a free tool call): no lease is taken from or grown, so a
+            // budget whose lease has no room left still admits it (its rules were
+            // checked by the budget actors before any lease is asked).
+            return Ok(Some(LeaseHolds::new(self.returns.clone(), Vec::new(), 0)));
+        }
         let mut requests: Vec<&LeaseRequest> = requests.iter().collect();
         requests.sort_by(|a, b| entity_order(&a.key).cmp(&entity_order(&b.key)));
         let mut leases: Vec<(Arc<Lease>, &LeaseRequest)> =
