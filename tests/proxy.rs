@@ -962,3 +962,36 @@ async fn durable_answers_leave_no_answered_call_unrecorded_by_a_kill() {
         .await;
     assert_eq!(recorded, answered.len() as i64, "answered calls without a cost event after the kill");
 }
+
+/// With `durable_answers`, a stream's end marker (where the official SDKs stop
+/// reading, without waiting for the body's end) reaches the client only once the
+/// call's cost event is committed: read up to it and no further, the event is there.
+/// A long linger keeps each record 300 ms behind its call, so without the hold it
+/// would not be.
+#[tokio::test]
+async fn durable_answers_hold_a_streams_end_marker_until_its_record_is_in() {
+    use futures_util::StreamExt;
+    let s = setup_with(&[
+        ("SPENDGATE_DURABLE_ANSWERS", "1".to_owned()),
+        ("SPENDGATE_ACCOUNTING_LINGER_MS", "300".to_owned()),
+    ])
+    .await;
+    let anthropic = json!({ "model": "claude-sonnet-4-5", "max_tokens": 64, "stream": true,
+        "messages": [{ "role": "user", "content": "hi" }], "mock": { "usage": { "input": 100, "output": 50 } } });
+    let chat = openai(json!({ "stream": true, "mock": { "usage": usage(MINI_USAGE) } }));
+    for (path, body, marker) in
+        [("/v1/messages", anthropic, "message_stop"), ("/v1/chat/completions", chat, "data: [DONE]")]
+    {
+        let resp = s.post(path, &body).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let id = resp.headers()["x-service-request-id"].to_str().unwrap().to_owned();
+        let (mut chunks, mut seen) = (resp.bytes_stream(), String::new());
+        while !seen.contains(marker) {
+            let chunk = chunks.next().await.expect("the stream reaches its end marker").unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        // Read at once, not polled: the record is in when the marker is.
+        let sql = format!("SELECT COUNT(*) AS n FROM cost_events WHERE request_id = '{id}'");
+        assert_eq!(s.app.query_n(&sql).await, 1, "{path}: its end marker came before its record");
+    }
+}

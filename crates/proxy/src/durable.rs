@@ -7,7 +7,10 @@
 //! call's record is in. A record that could not be committed ends the body with an
 //! error instead, so the client never holds a whole answer nobody recorded. The
 //! chunks before the last pass at once: an event stream reaches the client as it
-//! comes, only its end waits.
+//! comes, and from the chunk that holds its end marker on (see
+//! [`DurableEnd::hold_from_end_marker`]) it waits: the official SDKs stop reading at a
+//! stream's last event (`data: [DONE]`, `message_stop`, `response.completed`) without
+//! waiting for the body's end, so that event is the answer's end to them.
 //!
 //! The same wrapper holds back the end of a call an `exactCeiling` budget admitted
 //! until the holds beyond its cost are given back (see `Reservation::give_back`):
@@ -17,7 +20,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 use tokio::sync::oneshot;
 
@@ -32,8 +38,11 @@ pub struct DurableEnd<S> {
     inner: Pin<Box<S>>,
     /// An event stream: chunks pass at once, only the end waits.
     sse: bool,
-    /// The last chunk seen, not passed yet (JSON answers).
+    /// The last chunk seen, not passed yet (JSON answers); an event stream's chunks
+    /// from its end marker on.
     held: Option<Bytes>,
+    /// Set by the meter once the stream's end marker came (event streams).
+    end_marker: Option<Arc<AtomicBool>>,
     /// The inner body has ended; what is left waits for `recorded`.
     ended: bool,
     /// `None` once answered.
@@ -48,10 +57,34 @@ impl<S> DurableEnd<S> {
             inner: Box::pin(inner),
             sse,
             held: None,
+            end_marker: None,
             ended: false,
             recorded: Some(recorded),
             committed: None,
         }
+    }
+
+    /// An event stream's chunks pass until `flag` is set (by the meter, as the chunk
+    /// with the end marker comes out: `Metered::signal_end_marker`); that chunk and any
+    /// after it wait with the end.
+    pub fn hold_from_end_marker(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.end_marker = Some(flag);
+        self
+    }
+
+    fn past_end_marker(&self) -> bool {
+        self.end_marker.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
+    }
+
+    fn hold(&mut self, chunk: Bytes) {
+        self.held = Some(match self.held.take() {
+            None => chunk,
+            Some(before) => {
+                let mut both = BytesMut::from(before);
+                both.extend_from_slice(&chunk);
+                both.freeze()
+            }
+        });
     }
 }
 
@@ -88,6 +121,7 @@ where
                 return Poll::Ready(this.held.take().filter(|_| committed).map(Ok));
             }
             match this.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) if this.sse && this.past_end_marker() => this.hold(chunk),
                 Poll::Ready(Some(Ok(chunk))) if this.sse => return Poll::Ready(Some(Ok(chunk))),
                 Poll::Ready(Some(Ok(chunk))) => {
                     if let Some(previous) = this.held.replace(chunk) {
@@ -125,6 +159,26 @@ mod tests {
         assert!(waiting.is_pending(), "the last chunk waits for the record");
         tx.send(true).unwrap();
         assert_eq!(s.next().await.unwrap().unwrap(), "c");
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stream_holds_its_end_marker_with_its_end() {
+        let (tx, rx) = channel();
+        let flag = Arc::new(AtomicBool::new(false));
+        let setter = flag.clone();
+        // The meter sets the flag as the chunk with the end marker ("b") comes out.
+        let marked = body(&["a", "b", "\n"]).map(move |c| {
+            if c.as_ref().is_ok_and(|c| c == "b") {
+                setter.store(true, Ordering::Release);
+            }
+            c
+        });
+        let mut s = DurableEnd::new(marked, true, rx).hold_from_end_marker(flag);
+        assert_eq!(s.next().await.unwrap().unwrap(), "a");
+        assert!(futures_util::poll!(s.next()).is_pending(), "the end marker waits for the record");
+        tx.send(true).unwrap();
+        assert_eq!(s.next().await.unwrap().unwrap(), "b\n");
         assert!(s.next().await.is_none());
     }
 

@@ -11,6 +11,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -121,6 +123,8 @@ pub struct Metered<S> {
     record: Option<(Vec<u8>, bool)>,
     finish: Option<Finish>,
     done: bool,
+    /// Set once an event stream's end marker has passed (see [`Metered::signal_end_marker`]).
+    end_marker: Option<Arc<AtomicBool>>,
 }
 
 impl<S> Metered<S> {
@@ -156,7 +160,16 @@ impl<S> Metered<S> {
             record: record.then(|| (Vec::new(), false)),
             finish: Some(finish),
             done: false,
+            end_marker: None,
         }
+    }
+
+    /// `flag` is set as the chunk holding the stream's end marker (`data: [DONE]`,
+    /// `message_stop`, `response.completed`, Gemini's last chunk) comes out, before it
+    /// is passed on: the durable end holds that chunk back until the call is recorded.
+    pub fn signal_end_marker(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.end_marker = Some(flag);
+        self
     }
 
     fn keep_for_record(&mut self, chunk: &[u8]) {
@@ -185,6 +198,9 @@ impl<S> Metered<S> {
             }
             Mode::Sse { parser, usage } => {
                 parser.feed(&chunk, |e| usage.on_event(e.data));
+                if usage.complete() {
+                    self.end_marker.as_ref().inspect(|f| f.store(true, Ordering::Release));
+                }
                 Some(chunk)
             }
             Mode::SseStripUsage { parser, usage, frame } => {
@@ -200,6 +216,9 @@ impl<S> Metered<S> {
                     if !usage_only {
                         out.extend_from_slice(&event);
                     }
+                }
+                if usage.complete() {
+                    self.end_marker.as_ref().inspect(|f| f.store(true, Ordering::Release));
                 }
                 (!out.is_empty()).then(|| out.freeze())
             }

@@ -216,13 +216,19 @@ async fn proxy(
     let finish = Box::new(move |seen: Seen| settlement.spawn(seen));
     let metered =
         Metered::new(response, format, sse, strip_usage, keep_answer, state.config.upstream_timeout, finish);
-    Ok(match (length, durable) {
-        (Some(length), None) => builder.body(SizedStream::new(length, metered)),
-        (None, None) => builder.streaming(metered),
-        (Some(length), Some(rx)) => {
-            builder.body(SizedStream::new(length, super::durable::DurableEnd::new(metered, sse, rx)))
-        }
-        (None, Some(rx)) => builder.streaming(super::durable::DurableEnd::new(metered, sse, rx)),
+    let Some(rx) = durable else {
+        return Ok(match length {
+            Some(length) => builder.body(SizedStream::new(length, metered)),
+            None => builder.streaming(metered),
+        });
+    };
+    // The end waits, and with it an event stream's end marker.
+    let end_marker = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let metered = metered.signal_end_marker(end_marker.clone());
+    let durable = super::durable::DurableEnd::new(metered, sse, rx).hold_from_end_marker(end_marker);
+    Ok(match length {
+        Some(length) => builder.body(SizedStream::new(length, durable)),
+        None => builder.streaming(durable),
     })
 }
 
