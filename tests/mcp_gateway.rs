@@ -445,3 +445,51 @@ async fn unpriced_tools_are_blocked_when_the_organization_says_so() {
     let log = g.owner.get("/api/audit-log?limit=100").await;
     assert!(log.text.contains("org_unpriced_tools.updated"), "{log:?}");
 }
+
+/// What the gateway cannot govern does not pass, even inside an open session: a body
+/// it cannot read (a laxer server parser would take the `NaN`), a JSON-RPC batch
+/// holding a `tools/call` or `tools/list`, a `tools/call` without an id. Each is the
+/// gateway's own 400 with a JSON-RPC error, and the server runs nothing.
+#[tokio::test]
+async fn what_the_gateway_cannot_govern_never_reaches_the_server() {
+    let g = gateway().await;
+    let bearer = format!("Bearer {}", g.raw);
+    let r = g.post("search", &[("authorization", &bearer)], initialize()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let session = r.header("mcp-session-id").expect("a session id").to_owned();
+    let headers = [("authorization", bearer.as_str()), ("mcp-session-id", session.as_str())];
+    let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+    let r = g.post("search", &headers, initialized).await;
+    assert!(r.status < 300, "{r:?}");
+
+    let call = |id: Value| {
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": "search", "arguments": { "query": "spend" } } })
+    };
+    let nan = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"search","arguments":{"query":NaN}}}"#;
+    let mut request = reqwest::Client::new()
+        .post(g.url("search"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    for (k, v) in headers {
+        request = request.header(k, v);
+    }
+    let r = read(request.body(nan).send().await.unwrap()).await;
+    assert_eq!((r.status, r.body["error"]["code"].as_i64()), (400, Some(-32700)), "{r:?}");
+
+    let list = json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/list" });
+    let mut without_id = call(json!(1));
+    without_id.as_object_mut().unwrap().remove("id");
+    for (what, body) in [
+        ("a batch with a call", json!([call(json!(1))])),
+        ("a batch with a list", json!([list])),
+        ("a call without an id", without_id),
+        ("a call with a null id", call(Value::Null)),
+    ] {
+        let r = g.post("search", &headers, body).await;
+        assert_eq!((r.status, r.body["error"]["code"].as_i64()), (400, Some(-32600)), "{what}: {r:?}");
+        assert!(r.body["error"]["message"].as_str().unwrap().contains("tools/"), "{what}: {r:?}");
+    }
+    assert_eq!(g.server.executions("search"), 0, "the server ran nothing");
+    assert!(g.tool_events().await.is_empty());
+}

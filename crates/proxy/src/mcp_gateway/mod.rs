@@ -6,6 +6,9 @@
 //!   answer (`application/json` or `text/event-stream`) is passed through as it comes,
 //!   SSE event by event. `tools/list` answers register the server's tools
 //!   ([`tools_list`]); `tools/call` requests are governed first ([`tools_call`]).
+//!   What the gateway cannot govern is refused, never passed: a body it cannot read
+//!   as JSON (400, JSON-RPC -32700), a batch holding a `tools/call` or `tools/list`,
+//!   a `tools/call` without an id (400, -32600).
 //! - `GET`: the server's SSE stream. `DELETE`: ends the session.
 //!
 //! Every request authenticates first ([`auth`]): no valid key is 401 before anything
@@ -70,15 +73,42 @@ pub async fn post(
 ) -> Result<HttpResponse, ApiError> {
     let opened = open(&req, &state, &name).await?;
     let body = read_body(payload).await?;
-    let message: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
-    if let Some(call) = message.as_ref().and_then(tools_call::ToolCall::of) {
+    // Nothing the gateway cannot read goes through: a server whose parser is laxer
+    // (NaN, say) would run a tool call the gateway never saw.
+    let Ok(message) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return Ok(refused(serde_json::Value::Null, PARSE_ERROR, "the body is not JSON spendgate can read"));
+    };
+    if let Some(batch) = message.as_array() {
+        if batch.iter().any(|m| matches!(method_of(m), Some("tools/call" | "tools/list"))) {
+            let why = "spendgate governs tools/call and tools/list one message at a time: send them outside a JSON-RPC batch";
+            return Ok(refused(serde_json::Value::Null, INVALID_REQUEST, why));
+        }
+    } else if method_of(&message) == Some("tools/call") {
+        let Some(call) = tools_call::ToolCall::of(&message) else {
+            let id = message.get("id").cloned().unwrap_or_default();
+            return Ok(refused(id, INVALID_REQUEST, "a tools/call needs an id and params.name"));
+        };
         return tools_call::handle(&req, &state, &opened, call, body).await;
-    }
-    if message.as_ref().is_some_and(tools_list::is_tools_list) {
+    } else if tools_list::is_tools_list(&message) {
         return tools_list::handle(&req, &state, &opened, body).await;
     }
     let response = forward::send(&req, &state, &opened, Some(body)).await?;
     Ok(forward::respond(response, &opened, false))
+}
+
+/// JSON-RPC's codes for a body that is not JSON and for a message that is not a valid
+/// request.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+
+fn method_of(message: &serde_json::Value) -> Option<&str> {
+    message.get("method").and_then(serde_json::Value::as_str)
+}
+
+/// A client message not forwarded: 400 with a JSON-RPC error saying why.
+fn refused(id: serde_json::Value, code: i64, why: &str) -> HttpResponse {
+    let error = serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": why } });
+    HttpResponse::BadRequest().content_type("application/json").body(error.to_string())
 }
 
 /// `GET {proxy}/mcp/{name}`: the server's stream.
