@@ -9,6 +9,7 @@ mod actions;
 mod admission;
 mod auth;
 mod budgets;
+mod clouds_azure;
 mod cluster;
 mod cost_events;
 mod customers;

@@ -84,6 +84,7 @@ pub async fn admit(
         common.version.clone_from(v);
     }
     let model = model_of(path_model, &summary)?;
+    let model = super::cloud::model_for(state, &key, route, model).await?;
     let mut effective_tags = key.default_tags.clone();
     effective_tags.extend(headers.tags.clone());
     effective_tags.retain(|k, _| !k.starts_with(RESERVED_TAG_PREFIX));
@@ -122,6 +123,9 @@ pub async fn admit(
         admitted.brings_own_credential,
     )
     .await?;
+    if let Some(base) = super::cloud::base(&admitted.credential) {
+        admitted.target.base = base;
+    }
     check_plan(state, &admitted).await?;
     Ok(admitted)
 }

@@ -291,7 +291,12 @@ struct Details {
 fn json_details(format: WireFormat, body: &[u8]) -> Details {
     match format {
         WireFormat::OpenAiEmbeddings => {
-            Details { usage: usage::embeddings_usage(body), ..Details::default() }
+            // The answer names its model as a request does: a top-level `model`.
+            Details {
+                usage: usage::embeddings_usage(body),
+                model: usage::request_model(body),
+                ..Details::default()
+            }
         }
         // One typed parse for usage, id and tool calls: a whole body reads as one event.
         WireFormat::OpenAiChat | WireFormat::OpenAiResponses => {

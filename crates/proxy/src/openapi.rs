@@ -293,6 +293,102 @@ fn mcp_budget_check() {}
         (status = 429, description = "rate_limit_exceeded or a budget enforcement code, with X-Service-Denied: 1")))]
 fn mcp_events() {}
 
+/// Azure OpenAI chat completions on a deployment (`api-version` in the query). The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/deployments/{deployment}/chat/completions", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders, ("deployment" = String, Path, description = "The Azure deployment; the stored credential's `deployments` names its model")),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_deployment_chat() {}
+
+/// Azure OpenAI Responses on a deployment. The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/deployments/{deployment}/responses", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders, ("deployment" = String, Path, description = "The Azure deployment; the stored credential's `deployments` names its model")),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_deployment_responses() {}
+
+/// Azure OpenAI embeddings on a deployment. The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/deployments/{deployment}/embeddings", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders, ("deployment" = String, Path, description = "The Azure deployment; the stored credential's `deployments` names its model")),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_deployment_embeddings() {}
+
+/// Azure OpenAI chat completions, v1 path (the deployment in `model`). The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/v1/chat/completions", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_v1_chat() {}
+
+/// Azure OpenAI Responses, v1 path. The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/v1/responses", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_v1_responses() {}
+
+/// Azure OpenAI embeddings, v1 path. The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/v1/embeddings", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_v1_embeddings() {}
+
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
     chat_completions,
@@ -306,6 +402,12 @@ fn mcp_events() {}
     messages,
     gemini_generate,
     gemini_stream,
+    azure_deployment_chat,
+    azure_deployment_responses,
+    azure_deployment_embeddings,
+    azure_v1_chat,
+    azure_v1_responses,
+    azure_v1_embeddings,
     mcp_budget_check,
     mcp_events,
     super::health::get_health,

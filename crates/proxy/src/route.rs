@@ -63,6 +63,33 @@ pub async fn messages(req: HttpRequest, body: web::Payload, state: web::Data<App
     handle(req, body, state, Route::Messages, None).await
 }
 
+/// Azure OpenAI chat completions: `/azure/openai/deployments/{deployment}/chat/completions`
+/// (the deployment stands for the model) and `/azure/openai/v1/chat/completions`.
+pub async fn azure_chat(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    let deployment = req.match_info().get("deployment").map(str::to_owned);
+    handle(req, body, state, Route::AzureChat, deployment).await
+}
+
+/// Azure OpenAI Responses, deployment or v1 path.
+pub async fn azure_responses(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let deployment = req.match_info().get("deployment").map(str::to_owned);
+    handle(req, body, state, Route::AzureResponses, deployment).await
+}
+
+/// Azure OpenAI embeddings, deployment or v1 path.
+pub async fn azure_embeddings(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let deployment = req.match_info().get("deployment").map(str::to_owned);
+    handle(req, body, state, Route::AzureEmbeddings, deployment).await
+}
+
 /// The path prefix of an operator-defined upstream (`{upstream}` is its name).
 pub const UPSTREAM_PREFIX: &str = "/upstreams/{upstream}";
 

@@ -54,9 +54,10 @@ impl WireFormat {
     /// The main format of a provider.
     pub const fn of(provider: Provider) -> Self {
         match provider {
-            Provider::OpenAi => WireFormat::OpenAiChat,
-            Provider::Anthropic => WireFormat::Anthropic,
-            Provider::Google => WireFormat::Gemini,
+            Provider::OpenAi | Provider::Azure => WireFormat::OpenAiChat,
+            // Bedrock's InvokeModel and Vertex's rawPredict carry Anthropic's messages.
+            Provider::Anthropic | Provider::Bedrock => WireFormat::Anthropic,
+            Provider::Google | Provider::Vertex => WireFormat::Gemini,
         }
     }
 }
