@@ -243,3 +243,72 @@ async fn azure_errors_are_passed_back_and_a_missing_credential_is_refused() {
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(s.mock.last().header("api-key"), Some(AZURE_KEY));
 }
+
+/// The official `AzureOpenAI` client (the `openai` package) with `azure_endpoint` at
+/// `{proxy}/azure` and the spendgate key as its `api_key`.
+#[tokio::test]
+async fn azure_openai_sdk_through_the_proxy() {
+    let s = setup().await;
+    s.mock.expect_azure_key(AZURE_KEY);
+    s.store_azure(AZURE_KEY).await;
+    let run =
+        |case: &'static str| crate::support::python::run("azure_sdk.py", case, &s.app.server.proxy, &s.raw);
+
+    let out = run("chat_create").await;
+    assert_eq!(out["usage"], json!([1000, 500]), "{out}");
+    assert_eq!(out["model"], "gpt-4o-2024-08-06");
+    let seen = s.mock.last();
+    assert_eq!(seen.path, "/openai/deployments/prod/chat/completions");
+    assert!(seen.query.contains("api-version=2024-10-21"), "{}", seen.query);
+    saw_stored_key_only(&seen);
+    let e = &s.events(1).await[0];
+    assert_eq!((e["provider"].as_str(), e["model"].as_str()), (Some("azure"), Some("gpt-4o-2024-08-06")));
+    assert_eq!(e["costMicrodollars"], 1000 * 5 / 2 + 500 * 10);
+
+    let out = run("chat_stream").await;
+    assert_eq!(out["text"], "toktoktok", "{out}");
+    saw_stored_key_only(&s.mock.last());
+    let events = s.events(2).await;
+    assert!(events.iter().all(|e| e["costMicrodollars"] == 1000 * 5 / 2 + 500 * 10), "{events:?}");
+    assert!(events.iter().all(|e| e["tags"].get("_svc_estimated").is_none()), "{events:?}");
+
+    let out = run("embeddings_create").await;
+    assert_eq!(out["prompt_tokens"], 2000, "{out}");
+    assert_eq!(s.mock.last().path, "/openai/deployments/emb/embeddings");
+    let events = s.events(3).await;
+    let e = events.iter().find(|e| e["model"] == "text-embedding-3-small").expect("embeddings event");
+    assert_eq!(e["costMicrodollars"], 40);
+}
+
+/// Responses on a deployment path, and the key policies on the Azure route:
+/// `allowedProviders` names `azure`, and a budget refuses as on the other routes.
+#[tokio::test]
+async fn azure_responses_and_key_policies() {
+    let s = setup().await;
+    s.store_azure(AZURE_KEY).await;
+    let body =
+        json!({ "model": "prod", "input": "hi", "mock": { "usage": { "input": 1000, "output": 500 } } });
+    let path = format!("/azure/openai/deployments/prod/responses?api-version={API_VERSION}");
+    let r = s.call(&path, &body, &[("api-key", &s.raw)]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(s.mock.last().path, "/openai/deployments/prod/responses");
+    saw_stored_key_only(&s.mock.last());
+    let e = &s.events(1).await[0];
+    // The mock names the request's model ("prod"), unknown: the deployment map's gpt-4o-mini.
+    assert_eq!((e["model"].as_str(), e["costMicrodollars"].as_i64()), (Some("gpt-4o-mini"), Some(450)));
+
+    let key_id = s.owner.get("/api/keys").await.body["data"][0]["id"].as_str().unwrap().to_owned();
+    let r = s.owner.patch(&format!("/api/keys/{key_id}"), json!({ "allowedProviders": ["openai"] })).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = s.call(&path, &body, &[("api-key", &s.raw)]).await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{r:?}");
+    let r = s.owner.patch(&format!("/api/keys/{key_id}"), json!({ "allowedProviders": ["azure"] })).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let budget = json!({ "entityType": "api_key", "entityId": key_id, "maxBudgetMicrodollars": 100 });
+    let r = s.owner.post("/api/budgets", budget).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let r = s.call(&path, &body, &[("api-key", &s.raw)]).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert_eq!(r.header("x-service-denied"), Some("1"), "{r:?}");
+    assert_eq!(s.mock.count(), 1, "the refused calls were not forwarded");
+}
