@@ -10,6 +10,7 @@ mod admission;
 mod auth;
 mod budgets;
 mod clouds_azure;
+mod clouds_bedrock;
 mod cluster;
 mod cost_events;
 mod customers;

@@ -16,6 +16,8 @@
 //!
 //! - Azure OpenAI: `/openai/deployments/{deployment}/...` and `/openai/v1/...` (see
 //!   [`azure`]: `api-key` and `api-version` checked).
+//! - Amazon Bedrock: `/model/{modelId}/converse` and `/invoke` (see [`bedrock`]: the
+//!   SigV4 signature or the API key checked).
 //!
 //! One lower-case base-path segment before the version (`/or/v1/chat/completions`) is
 //! ignored, for upstreams whose base URL has a path. Anything else is a JSON 404.
@@ -95,6 +97,7 @@ use futures_util::stream::{LocalBoxStream, Stream, StreamExt};
 use serde_json::{json, Map, Value};
 
 mod azure;
+pub mod bedrock;
 mod responses;
 
 /// Request bodies up to this size are accepted (the proxy's own caps are under test).
@@ -135,6 +138,8 @@ struct Shared {
     requests: Mutex<Vec<Recorded>>,
     /// The only `api-key` the Azure paths accept, when set.
     azure_key: Mutex<Option<String>>,
+    /// How the Bedrock paths must be authenticated, when set.
+    bedrock: Mutex<Option<bedrock::Expect>>,
     completed: AtomicUsize,
     cancelled: AtomicUsize,
     aborted: AtomicUsize,
@@ -187,6 +192,11 @@ impl MockUpstream {
     /// The Azure paths accept this `api-key` only (any non-empty one until set).
     pub fn expect_azure_key(&self, key: &str) {
         *self.shared.azure_key.lock().unwrap_or_else(PoisonError::into_inner) = Some(key.to_owned());
+    }
+
+    /// The Bedrock paths accept only requests authenticated as `expect` says.
+    pub fn expect_bedrock(&self, expect: bedrock::Expect) {
+        *self.shared.bedrock.lock().unwrap_or_else(PoisonError::into_inner) = Some(expect);
     }
 
     /// Every request received so far, in order.
@@ -383,6 +393,20 @@ async fn handle(req: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> Htt
 
     if responses::is_bookkeeping(&req) {
         return responses::bookkeeping(&req);
+    }
+    if let Some((model, op)) = bedrock::route(req.path()) {
+        let expect = shared.bedrock.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(refused) = bedrock::refusal(&req, &body, expect.as_ref()) {
+            return refused;
+        }
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let ctl = Control::from_body(&request);
+        let model = model.replace("%3A", ":");
+        return if op == "invoke" && model.contains("anthropic.") {
+            HttpResponse::Ok().json(anthropic_message(&ctl, &model))
+        } else {
+            bedrock::converse(&ctl)
+        };
     }
     let azure_key = shared.azure_key.lock().unwrap_or_else(PoisonError::into_inner).clone();
     if let Some(refused) = azure::refusal(&req, azure_key.as_deref()) {

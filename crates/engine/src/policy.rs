@@ -19,9 +19,10 @@ use crate::state::AppState;
 use crate::util::{ids, time};
 use spendgate_llm::pricing::{ModelPrice, Provider};
 
-/// The providers the proxy serves routes for, which the document lists: Bedrock's and
-/// Vertex AI's prices are in the table, but their routes are not served yet.
-const SERVED: [Provider; 4] = [Provider::OpenAi, Provider::Anthropic, Provider::Google, Provider::Azure];
+/// The providers the proxy serves routes for, which the document lists: Vertex AI's
+/// prices are in the table, but its routes are not served yet.
+const SERVED: [Provider; 5] =
+    [Provider::OpenAi, Provider::Anthropic, Provider::Google, Provider::Azure, Provider::Bedrock];
 
 /// The policy document of a key.
 pub async fn policy_of(state: &AppState, key: &KeyIdentity) -> Result<Value, ApiError> {

@@ -123,8 +123,9 @@ fn standard_headers(
     out
 }
 
-/// Whether an upstream response header is passed back to the client: the request id,
-/// every rate-limit header, `retry-after`, and the content type.
+/// Whether an upstream response header is passed back to the client: the request id
+/// (Bedrock's `x-amzn-requestid` too), every rate-limit header, `retry-after`, the
+/// content type, and Bedrock's `x-amzn-errortype`.
 pub fn passes_back(name: &HeaderName) -> bool {
     let n = name.as_str();
     n == "content-type"
@@ -133,6 +134,8 @@ pub fn passes_back(name: &HeaderName) -> bool {
         || n == "retry-after"
         || n.starts_with("x-ratelimit-")
         || n.starts_with("anthropic-ratelimit-")
+        || n == "x-amzn-requestid"
+        || n == "x-amzn-errortype"
 }
 
 #[cfg(test)]

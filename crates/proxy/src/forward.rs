@@ -64,12 +64,13 @@ pub async fn send(
         &a.credential,
         a.target.key_header.as_deref(),
     );
+    let signed = super::cloud::signed(&a.credential, &url, &body)?;
     let send = || {
         let mut request = client
             .post(&url)
             .insert_header((header::CONTENT_TYPE, "application/json"))
             .insert_header((header::ACCEPT_ENCODING, "identity"));
-        for (name, value) in &forwarded {
+        for (name, value) in forwarded.iter().chain(&signed) {
             request = request.insert_header((name.clone(), value.clone()));
         }
         request.send_body(body.clone())

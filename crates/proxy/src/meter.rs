@@ -311,6 +311,7 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
                 builtin_calls: reader.builtin_calls().to_vec(),
             }
         }
+        WireFormat::BedrockConverse => Details { usage: usage::converse_usage(body), ..Details::default() },
         WireFormat::Anthropic | WireFormat::Gemini => {
             let ChatDetails { usage, id, model, finish_reason, tool_calls } = chat_details(format, body);
             Details { usage, id, model, finish_reason, tool_calls, builtin_calls: Vec::new() }

@@ -389,6 +389,42 @@ fn azure_v1_responses() {}
     ))]
 fn azure_v1_embeddings() {}
 
+/// Amazon Bedrock Converse (JSON). The spendgate key as a Bedrock API key (`Authorization: Bearer`) or in
+/// `X-Service-Key` (the client's own signature is dropped); forwarded to the stored
+/// `bedrock` credential's endpoint (else the region's runtime endpoint), signed with
+/// SigV4 from its access key pair or with its API key; priced by the model id
+/// (cross-region profiles priced apart where Bedrock does; an ARN names its id).
+#[utoipa::path(post, path = "/bedrock/model/{model}/converse", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(ProxyHeaders, ("model" = String, Path, description = "A Bedrock model id, inference profile or URL-encoded ARN")),
+    request_body(content = ProviderBody, description = "The Bedrock request, passed through"),
+    responses(
+        (status = 200, description = "Bedrock's answer", body = ProviderBody),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no bedrock credential \
+            is stored), or Bedrock's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Bedrock's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn bedrock_converse() {}
+
+/// Amazon Bedrock InvokeModel (JSON): Anthropic's messages for a Claude model, Converse's shape for Amazon Nova. The spendgate key as a Bedrock API key (`Authorization: Bearer`) or in
+/// `X-Service-Key` (the client's own signature is dropped); forwarded to the stored
+/// `bedrock` credential's endpoint (else the region's runtime endpoint), signed with
+/// SigV4 from its access key pair or with its API key; priced by the model id
+/// (cross-region profiles priced apart where Bedrock does; an ARN names its id).
+#[utoipa::path(post, path = "/bedrock/model/{model}/invoke", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(ProxyHeaders, ("model" = String, Path, description = "A Bedrock model id, inference profile or URL-encoded ARN")),
+    request_body(content = ProviderBody, description = "The Bedrock request, passed through"),
+    responses(
+        (status = 200, description = "Bedrock's answer", body = ProviderBody),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no bedrock credential \
+            is stored), or Bedrock's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Bedrock's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn bedrock_invoke() {}
+
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
     chat_completions,
@@ -408,6 +444,8 @@ fn azure_v1_embeddings() {}
     azure_v1_chat,
     azure_v1_responses,
     azure_v1_embeddings,
+    bedrock_converse,
+    bedrock_invoke,
     mcp_budget_check,
     mcp_events,
     super::health::get_health,

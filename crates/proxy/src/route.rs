@@ -90,6 +90,22 @@ pub async fn azure_embeddings(
     handle(req, body, state, Route::AzureEmbeddings, deployment).await
 }
 
+/// Amazon Bedrock: `/bedrock/model/{modelId}/converse` and `/invoke` (Anthropic's
+/// messages for a Claude model, Converse's shape for Amazon Nova). The model is the
+/// path's id, an ARN reduced to the id it names.
+pub async fn bedrock(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    let raw = req.match_info().get("model").unwrap_or_default();
+    let model = spendgate_llm::usage::bedrock_model(raw);
+    let route = if req.path().ends_with("/converse") {
+        Route::BedrockConverse
+    } else if spendgate_llm::usage::invokes_anthropic(&model) {
+        Route::BedrockInvokeAnthropic
+    } else {
+        Route::BedrockInvoke
+    };
+    handle(req, body, state, route, Some(model)).await
+}
+
 /// The path prefix of an operator-defined upstream (`{upstream}` is its name).
 pub const UPSTREAM_PREFIX: &str = "/upstreams/{upstream}";
 

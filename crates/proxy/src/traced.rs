@@ -24,7 +24,10 @@ pub fn operation(route: Route) -> &'static str {
         | Route::Responses
         | Route::Messages
         | Route::AzureChat
-        | Route::AzureResponses => "chat",
+        | Route::AzureResponses
+        | Route::BedrockConverse
+        | Route::BedrockInvoke
+        | Route::BedrockInvokeAnthropic => "chat",
         Route::GenerateContent | Route::StreamGenerateContent => "generate_content",
         Route::Embeddings | Route::AzureEmbeddings => "embeddings",
     }

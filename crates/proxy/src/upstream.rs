@@ -27,6 +27,13 @@ pub enum Route {
     AzureResponses,
     /// Azure OpenAI embeddings.
     AzureEmbeddings,
+    /// Amazon Bedrock `/model/{modelId}/converse`.
+    BedrockConverse,
+    /// Bedrock `/model/{modelId}/invoke` of a model whose body has Converse's shape
+    /// (Amazon Nova).
+    BedrockInvoke,
+    /// Bedrock `/model/{modelId}/invoke` of a Claude model: Anthropic's messages.
+    BedrockInvokeAnthropic,
 }
 
 impl Route {
@@ -37,6 +44,9 @@ impl Route {
             Route::Messages => Provider::Anthropic,
             Route::GenerateContent | Route::StreamGenerateContent => Provider::Google,
             Route::AzureChat | Route::AzureResponses | Route::AzureEmbeddings => Provider::Azure,
+            Route::BedrockConverse | Route::BedrockInvoke | Route::BedrockInvokeAnthropic => {
+                Provider::Bedrock
+            }
         }
     }
 
@@ -54,6 +64,7 @@ impl Route {
     pub const fn cloud_prefix(self) -> Option<&'static str> {
         match self.provider() {
             Provider::Azure => Some("/azure"),
+            Provider::Bedrock => Some("/bedrock"),
             _ => None,
         }
     }
@@ -63,6 +74,8 @@ impl Route {
         match self {
             Route::Responses | Route::AzureResponses => WireFormat::OpenAiResponses,
             Route::Embeddings | Route::AzureEmbeddings => WireFormat::OpenAiEmbeddings,
+            Route::BedrockConverse | Route::BedrockInvoke => WireFormat::BedrockConverse,
+            Route::BedrockInvokeAnthropic => WireFormat::Anthropic,
             other => WireFormat::of(other.provider()),
         }
     }
@@ -229,9 +242,13 @@ pub fn cloud_url(base: &str, tail: &str, query: &str) -> String {
 /// streaming route).
 pub fn url(base: &str, route: Route, model: &str, query: &str) -> String {
     match route {
-        Route::AzureChat | Route::AzureResponses | Route::AzureEmbeddings => {
-            join_query(base.to_owned(), query)
-        }
+        // Cloud routes go by `cloud_url`; the base alone stands for them here.
+        Route::AzureChat
+        | Route::AzureResponses
+        | Route::AzureEmbeddings
+        | Route::BedrockConverse
+        | Route::BedrockInvoke
+        | Route::BedrockInvokeAnthropic => join_query(base.to_owned(), query),
         Route::ChatCompletions => join_query(format!("{base}/v1/chat/completions"), query),
         Route::Responses => join_query(format!("{base}/v1/responses"), query),
         Route::Embeddings => join_query(format!("{base}/v1/embeddings"), query),

@@ -8,6 +8,7 @@
 //! and strings are borrowed from the input unless they contain escapes.
 
 mod anthropic;
+mod bedrock;
 mod bound;
 mod gemini;
 mod openai;
@@ -24,6 +25,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 pub use anthropic::{anthropic_usage, AnthropicStreamUsage};
+pub use bedrock::{bedrock_model, converse_usage, invokes_anthropic};
 pub use bound::{set_output_bound, unbounded_part, Clamp};
 pub use gemini::{gemini_usage, GeminiStreamUsage};
 pub use openai::{is_openai_usage_only_chunk, openai_usage, OpenAiStreamUsage};
@@ -48,6 +50,9 @@ pub enum WireFormat {
     OpenAiEmbeddings,
     Anthropic,
     Gemini,
+    /// Amazon Bedrock's Converse API, and Amazon Nova's InvokeModel body of the same
+    /// shape (`inferenceConfig.maxTokens`; usage `inputTokens`, `outputTokens`, ...).
+    BedrockConverse,
 }
 
 impl WireFormat {
@@ -212,6 +217,10 @@ impl StreamUsage {
             WireFormat::OpenAiResponses => StreamUsage::Responses(ResponsesUsage::new()),
             WireFormat::Anthropic => StreamUsage::Anthropic(AnthropicStreamUsage::new()),
             WireFormat::Gemini => StreamUsage::Google(GeminiStreamUsage::new()),
+            // Converse streams are AWS event streams, never server-sent events: this
+            // reader is never fed, and a Converse answer is read whole
+            // (`converse_usage`).
+            WireFormat::BedrockConverse => StreamUsage::OpenAi(OpenAiStreamUsage::new()),
         }
     }
 
