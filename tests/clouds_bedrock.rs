@@ -225,3 +225,63 @@ async fn a_strict_budget_on_a_bedrock_key_holds_under_40_concurrent_calls() {
     assert!(spent <= limit, "spent {spent} over the limit {limit}");
     assert_eq!(s.mock.count(), ok, "only the admitted calls reached Bedrock");
 }
+
+/// The estimate of a Nova Lite call: every body byte a prompt token at $0.06, the
+/// output bound at $0.24, rounded up, plus the rounding slack (as on the other routes).
+fn nova_lite_estimate(body: &Value, max_output: u64) -> i64 {
+    let input = u64::try_from(body.to_string().len() + 64).unwrap();
+    i64::try_from((input * 60_000 + max_output * 240_000).div_ceil(1_000_000)).unwrap() + 5
+}
+
+#[tokio::test]
+async fn event_streams_pass_through_and_are_charged_from_their_usage_or_the_estimate_when_cut() {
+    let s = setup().await;
+    s.mock.expect_bedrock(sigv4(SECRET));
+    s.store_keys().await;
+    let bearer = format!("Bearer {}", s.raw);
+    let headers = [("authorization", bearer.as_str())];
+
+    // ConverseStream: the metadata event's usage.
+    let body = converse(json!({ "input": 1000, "output": 500 }));
+    let r = s.call("/bedrock/model/amazon.nova-lite-v1:0/converse-stream", &body, &headers).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("content-type"), Some("application/vnd.amazon.eventstream"));
+    assert!(r.text.contains("metadata") && r.text.contains("inputTokens"), "{}", r.text);
+    assert_eq!(s.mock.last().path, "/model/amazon.nova-lite-v1:0/converse-stream");
+    let e = &s.events(1).await[0];
+    assert_eq!(e["costMicrodollars"], 60 + 120, "{e}");
+    assert!(e["tags"].get("_svc_estimated").is_none(), "{e}");
+
+    // InvokeModelWithResponseStream of a Claude model: the invocation metrics.
+    let invoke = json!({ "anthropic_version": "bedrock-2023-05-31", "max_tokens": 1000,
+        "messages": [{ "role": "user", "content": "hi" }], "mock": { "usage": { "input": 1000, "output": 500 } } });
+    let path = "/bedrock/model/anthropic.claude-3-5-haiku-20241022-v1:0/invoke-with-response-stream";
+    let r = s.call(path, &invoke, &headers).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.text.contains("chunk"), "{}", r.text);
+    let events = s.events(2).await;
+    let e = events.iter().find(|e| e["model"] == "anthropic.claude-3-5-haiku-20241022-v1:0").expect("event");
+    assert_eq!(e["costMicrodollars"], 800 + 2000, "{e}");
+
+    // Cut after two frames: the estimate.
+    let cut = converse(json!({ "input": 1000, "output": 500 }));
+    let mut cut = cut;
+    cut["mock"]["disconnect_after"] = json!(2);
+    let _ = s
+        .app
+        .proxy()
+        .request(reqwest::Method::POST, "/bedrock/model/amazon.nova-lite-v1:0/converse-stream")
+        .header("content-type", "application/json")
+        .header("authorization", &bearer)
+        .body(cut.to_string())
+        .send()
+        .await
+        .expect("request")
+        .bytes()
+        .await;
+    let events = s.events(3).await;
+    let e =
+        events.iter().find(|e| e["tags"].get("_svc_stream_error").is_some()).expect("the cut stream's event");
+    assert_eq!(e["tags"]["_svc_estimated"], "true", "{e}");
+    assert_eq!(e["costMicrodollars"], nova_lite_estimate(&cut, 1000), "{e}");
+}

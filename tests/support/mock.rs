@@ -402,10 +402,20 @@ async fn handle(req: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> Htt
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let ctl = Control::from_body(&request);
         let model = model.replace("%3A", ":");
-        return if op == "invoke" && model.contains("anthropic.") {
-            HttpResponse::Ok().json(anthropic_message(&ctl, &model))
-        } else {
-            bedrock::converse(&ctl)
+        let shared = shared.into_inner();
+        return match op {
+            "converse-stream" => {
+                bedrock::stream_head().streaming(tracked_stream(bedrock::converse_events(&ctl), &ctl, shared))
+            }
+            "invoke-with-response-stream" => bedrock::stream_head().streaming(tracked_stream(
+                bedrock::invoke_events(&ctl, &model),
+                &ctl,
+                shared,
+            )),
+            "invoke" if model.contains("anthropic.") => {
+                HttpResponse::Ok().json(anthropic_message(&ctl, &model))
+            }
+            _ => bedrock::converse(&ctl),
         };
     }
     let azure_key = shared.azure_key.lock().unwrap_or_else(PoisonError::into_inner).clone();

@@ -117,7 +117,9 @@ fn cloud_routes(cfg: &mut web::ServiceConfig) {
         .route("/azure/openai/v1/responses", web::post().to(route::azure_responses))
         .route("/azure/openai/v1/embeddings", web::post().to(route::azure_embeddings))
         .route("/bedrock/model/{model}/converse", web::post().to(route::bedrock))
-        .route("/bedrock/model/{model}/invoke", web::post().to(route::bedrock));
+        .route("/bedrock/model/{model}/converse-stream", web::post().to(route::bedrock))
+        .route("/bedrock/model/{model}/invoke", web::post().to(route::bedrock))
+        .route("/bedrock/model/{model}/invoke-with-response-stream", web::post().to(route::bedrock));
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

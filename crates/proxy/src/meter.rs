@@ -107,6 +107,8 @@ enum Mode {
     Sse { parser: usage::SseParser, usage: StreamUsage },
     /// An event stream whose usage-only chunk is dropped (see the module docs).
     SseStripUsage { parser: usage::SseParser, usage: StreamUsage, frame: BytesMut },
+    /// An AWS event stream (Bedrock), its frames decoded as they pass.
+    AwsEvents { usage: usage::AwsEventUsage },
 }
 
 pub struct Metered<S> {
@@ -159,6 +161,14 @@ impl<S> Metered<S> {
         }
     }
 
+    /// The answer is an AWS event stream (`application/vnd.amazon.eventstream`): its
+    /// usage is read from the decoded frames, and no heartbeat goes in.
+    pub fn aws_event_stream(mut self) -> Self {
+        self.mode = Mode::AwsEvents { usage: usage::AwsEventUsage::new() };
+        self.heartbeat = None;
+        self
+    }
+
     fn keep_for_record(&mut self, chunk: &[u8]) {
         if let Some((buf, truncated)) = &mut self.record {
             let room = MAX_BODY_RECORD.saturating_sub(buf.len());
@@ -185,6 +195,10 @@ impl<S> Metered<S> {
             }
             Mode::Sse { parser, usage } => {
                 parser.feed(&chunk, |e| usage.on_event(e.data));
+                Some(chunk)
+            }
+            Mode::AwsEvents { usage } => {
+                usage.feed(&chunk);
                 Some(chunk)
             }
             Mode::SseStripUsage { parser, usage, frame } => {
@@ -248,6 +262,12 @@ impl<S> Metered<S> {
                 let calls = usage.tool_calls().to_vec();
                 let builtin = usage.builtin_calls().to_vec();
                 (usage.finish(), id, model, reason, calls, builtin, None)
+            }
+            Mode::AwsEvents { usage } => {
+                if end == End::Completed && !usage.complete() {
+                    end = End::Incomplete;
+                }
+                (usage.usage(), None, None, None, Vec::new(), Vec::new(), None)
             }
         };
         let body = self.record.take();

@@ -425,6 +425,36 @@ fn bedrock_converse() {}
     ))]
 fn bedrock_invoke() {}
 
+/// Amazon Bedrock ConverseStream (an AWS event stream, passed through; usage from its metadata event). Authenticated, signed and priced as `/converse`; a stream cut before its
+/// usage is charged the estimate.
+#[utoipa::path(post, path = "/bedrock/model/{model}/converse-stream", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(ProxyHeaders, ("model" = String, Path, description = "A Bedrock model id, inference profile or URL-encoded ARN")),
+    request_body(content = ProviderBody, description = "The Bedrock request, passed through"),
+    responses(
+        (status = 200, description = "Bedrock's event stream", content((String = "application/vnd.amazon.eventstream"))),
+        (status = "4XX", description = "Our errors in the envelope, or Bedrock's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Bedrock's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn bedrock_converse_stream() {}
+
+/// Amazon Bedrock InvokeModelWithResponseStream (an AWS event stream, passed through; usage from the last chunk's invocation metrics). Authenticated, signed and priced as `/converse`; a stream cut before its
+/// usage is charged the estimate.
+#[utoipa::path(post, path = "/bedrock/model/{model}/invoke-with-response-stream", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(ProxyHeaders, ("model" = String, Path, description = "A Bedrock model id, inference profile or URL-encoded ARN")),
+    request_body(content = ProviderBody, description = "The Bedrock request, passed through"),
+    responses(
+        (status = 200, description = "Bedrock's event stream", content((String = "application/vnd.amazon.eventstream"))),
+        (status = "4XX", description = "Our errors in the envelope, or Bedrock's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Bedrock's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn bedrock_invoke_stream() {}
+
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
     chat_completions,
@@ -446,6 +476,8 @@ fn bedrock_invoke() {}
     azure_v1_embeddings,
     bedrock_converse,
     bedrock_invoke,
+    bedrock_converse_stream,
+    bedrock_invoke_stream,
     mcp_budget_check,
     mcp_events,
     super::health::get_health,

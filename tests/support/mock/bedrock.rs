@@ -1,6 +1,11 @@
 //! The mock's Amazon Bedrock runtime face: `POST /model/{modelId}/converse` (the
 //! Converse API's JSON) and `/invoke` (Anthropic's message for a Claude model, the
-//! Converse-shaped answer of Amazon Nova). Each request must be signed with SigV4 by
+//! Converse-shaped answer of Amazon Nova), and their streams `/converse-stream` and
+//! `/invoke-with-response-stream`: AWS event streams framed with
+//! `aws-smithy-eventstream` (Converse's events ending with `metadata`; InvokeModel's
+//! `chunk` events carrying the model's events in base64, the last one with
+//! `amazon-bedrock-invocationMetrics`), one frame per event, cut by the usual
+//! `disconnect_after` / `end_after` controls. Each request must be signed with SigV4 by
 //! the credential set with `MockUpstream::expect_bedrock` (the signature recomputed
 //! with the `aws-sigv4` crate over the method, URL, `content-type` and body as
 //! received, at the request's `x-amz-date`), or carry its Bedrock API key as a bearer
@@ -26,7 +31,9 @@ pub(super) fn route(path: &str) -> Option<(String, &'static str)> {
     let (model, op) = rest.rsplit_once('/')?;
     let op = match op {
         "converse" => "converse",
+        "converse-stream" => "converse-stream",
         "invoke" => "invoke",
+        "invoke-with-response-stream" => "invoke-with-response-stream",
         _ => return None,
     };
     Some((model.to_owned(), op))
@@ -125,4 +132,63 @@ pub(super) fn converse(ctl: &Control) -> HttpResponse {
         "metrics": { "latencyMs": 12 },
     });
     HttpResponse::Ok().insert_header(("x-amzn-requestid", "mock-bedrock-request-1")).json(answer)
+}
+
+/// One event-stream frame.
+fn frame(event: &str, payload: &Value) -> Bytes {
+    use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+    let message = Message::new(payload.to_string().into_bytes())
+        .add_header(Header::new(":message-type", HeaderValue::String("event".into())))
+        .add_header(Header::new(":event-type", HeaderValue::String(event.to_owned().into())))
+        .add_header(Header::new(":content-type", HeaderValue::String("application/json".into())));
+    let mut out = Vec::new();
+    aws_smithy_eventstream::frame::write_message_to(&message, &mut out).expect("encode a frame");
+    Bytes::from(out)
+}
+
+/// ConverseStream's events: messageStart, the deltas, contentBlockStop, messageStop,
+/// metadata (the usage).
+pub(super) fn converse_events(ctl: &Control) -> Vec<Bytes> {
+    let u = &ctl.usage;
+    let mut events = vec![frame("messageStart", &json!({ "role": "assistant" }))];
+    for _ in 0..ctl.chunks {
+        events
+            .push(frame("contentBlockDelta", &json!({ "contentBlockIndex": 0, "delta": { "text": "tok" } })));
+    }
+    events.push(frame("contentBlockStop", &json!({ "contentBlockIndex": 0 })));
+    events.push(frame("messageStop", &json!({ "stopReason": "end_turn" })));
+    let usage = json!({ "inputTokens": u.input, "outputTokens": u.output, "totalTokens": u.input + u.output,
+        "cacheReadInputTokens": u.cached, "cacheWriteInputTokens": u.cache_write_5m });
+    events.push(frame("metadata", &json!({ "usage": usage, "metrics": { "latencyMs": 12 } })));
+    events
+}
+
+/// InvokeModelWithResponseStream's events for a Claude model: Anthropic's events, each
+/// in a `chunk`, the last with the invocation metrics.
+pub(super) fn invoke_events(ctl: &Control, model: &str) -> Vec<Bytes> {
+    use base64::Engine as _;
+    let u = &ctl.usage;
+    let mut inner = vec![json!({ "type": "message_start", "message": { "id": "msg_mock", "type": "message",
+        "role": "assistant", "model": model, "content": [], "usage": { "input_tokens": u.input, "output_tokens": 1 } } })];
+    for _ in 0..ctl.chunks {
+        inner.push(json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": "tok" } }));
+    }
+    inner.push(json!({ "type": "message_delta", "delta": { "stop_reason": "end_turn" }, "usage": { "output_tokens": u.output } }));
+    inner.push(json!({ "type": "message_stop", "amazon-bedrock-invocationMetrics": {
+        "inputTokenCount": u.input, "outputTokenCount": u.output, "invocationLatency": 20, "firstByteLatency": 5 } }));
+    inner
+        .iter()
+        .map(|e| {
+            let bytes = base64::engine::general_purpose::STANDARD.encode(e.to_string());
+            frame("chunk", &json!({ "bytes": bytes }))
+        })
+        .collect()
+}
+
+/// The head of a streamed answer.
+pub(super) fn stream_head() -> actix_web::HttpResponseBuilder {
+    let mut resp = HttpResponse::Ok();
+    resp.insert_header(("content-type", "application/vnd.amazon.eventstream"))
+        .insert_header(("x-amzn-requestid", "mock-bedrock-request-1"));
+    resp
 }

@@ -8,6 +8,7 @@
 //! and strings are borrowed from the input unless they contain escapes.
 
 mod anthropic;
+mod aws_events;
 mod bedrock;
 mod bound;
 mod gemini;
@@ -25,6 +26,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 pub use anthropic::{anthropic_usage, AnthropicStreamUsage};
+pub use aws_events::AwsEventUsage;
 pub use bedrock::{bedrock_model, converse_usage, invokes_anthropic};
 pub use bound::{set_output_bound, unbounded_part, Clamp};
 pub use gemini::{gemini_usage, GeminiStreamUsage};
