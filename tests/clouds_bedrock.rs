@@ -285,3 +285,43 @@ async fn event_streams_pass_through_and_are_charged_from_their_usage_or_the_esti
     assert_eq!(e["tags"]["_svc_estimated"], "true", "{e}");
     assert_eq!(e["costMicrodollars"], nova_lite_estimate(&cut, 1000), "{e}");
 }
+
+/// boto3's `bedrock-runtime` client (`converse`, `converse_stream`, `invoke_model`,
+/// `invoke_model_with_response_stream`) with `endpoint_url` at `{proxy}/bedrock`: over
+/// plain http it signs with throwaway keys of its own and adds `X-Service-Key` from an
+/// event hook (its bearer mode requires https); the proxy signs again with the stored
+/// keys, which the mock checks.
+#[tokio::test]
+async fn boto3_bedrock_runtime_through_the_proxy() {
+    let s = setup().await;
+    s.mock.expect_bedrock(sigv4(SECRET));
+    s.store_keys().await;
+    let run =
+        |case: &'static str| crate::support::python::run("bedrock_sdk.py", case, &s.app.server.proxy, &s.raw);
+    let haiku = "anthropic.claude-3-5-haiku-20241022-v1:0";
+
+    let out = run("converse").await;
+    assert_eq!(out["text"], "Hello from mock", "{out}");
+    assert_eq!(out["usage"], json!([10, 20]), "the mock's default usage");
+    let out = run("converse_stream").await;
+    assert_eq!((out["text"].as_str(), &out["usage"]), (Some("toktoktok"), &json!([10, 20])), "{out}");
+    let out = run("invoke_model").await;
+    assert_eq!((out["type"].as_str(), &out["usage"]), (Some("message"), &json!([1000, 500])), "{out}");
+    let out = run("invoke_model_with_response_stream").await;
+    assert_eq!(out["usage"], json!([1000, 500]), "{out}");
+    assert_eq!(out["kinds"][0], "message_start", "{out}");
+
+    for req in s.mock.requests() {
+        let auth = req.header("authorization").unwrap_or_default();
+        assert!(auth.starts_with(&format!("AWS4-HMAC-SHA256 Credential={AKID}/")), "{auth}");
+        assert!(req.path.starts_with("/model/anthropic.claude-3-5-haiku-20241022-v1%3A0/"), "{}", req.path);
+        no_agent_credential(&req);
+    }
+    let events = s.events(4).await;
+    assert!(events.iter().all(|e| e["model"] == haiku && e["provider"] == "bedrock"), "{events:?}");
+    let mut costs: Vec<i64> = events.iter().map(|e| e["costMicrodollars"].as_i64().unwrap()).collect();
+    costs.sort_unstable();
+    // Haiku 3.5 at $0.80 / $4: 10 + 20 tokens twice, 1,000 + 500 twice.
+    assert_eq!(costs, [88, 88, 2800, 2800], "{events:?}");
+    assert!(events.iter().all(|e| e["tags"].get("_svc_estimated").is_none()), "{events:?}");
+}
