@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod openapi;
+pub mod tls;
 
 use std::io;
 
@@ -29,6 +30,9 @@ pub enum Surface {
 
 /// Migrates the database, then serves until SIGINT/SIGTERM.
 pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> {
+    // A listener's certificate is checked first: a bad file stops the start at once.
+    let proxy_tls = config.proxy_tls.as_ref().map(tls::Certificate::load).transpose()?;
+    let control_tls = config.control_tls.as_ref().map(tls::Certificate::load).transpose()?;
     let applied = db::migrate(&config.database_url).await.map_err(io::Error::other)?;
     secret_key::ensure(&mut config)?;
     if !applied.is_empty() {
@@ -48,11 +52,9 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
             pool: state.pool.clone(),
             settings: state.config.webhooks.clone(),
             dev: state.config.dev,
-            public_url: state
-                .config
-                .public_url
-                .clone()
-                .unwrap_or_else(|| format!("http://{}", state.config.control_addr)),
+            public_url: state.config.public_url.clone().unwrap_or_else(|| {
+                format!("{}://{}", scheme(&state.config.control_tls), state.config.control_addr)
+            }),
             outbox: state.outbox.clone(),
             metrics: state.metrics.clone(),
         },
@@ -86,6 +88,7 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
         db::shared_budgets::start_reaper(state.pool.clone());
     }
 
+    tls::reload_on_sighup(proxy_tls.iter().chain(control_tls.iter()).cloned().collect())?;
     let mut servers = Vec::new();
     let mut ready = Vec::new();
     // The proxy is bound first: the control plane's OpenAPI document names its address.
@@ -111,8 +114,11 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
         .on_connect(proxy::peer::on_connect)
         // Small SSE events must leave at once, not wait for Nagle's algorithm.
         .tcp_nodelay(true)
-        .shutdown_timeout(30)
-        .bind(config.proxy_addr)?;
+        .shutdown_timeout(30);
+        let server = match &proxy_tls {
+            Some(certificate) => server.bind_rustls_0_23(config.proxy_addr, certificate.server_config()?)?,
+            None => server.bind(config.proxy_addr)?,
+        };
         if let Some(addr) = server.addrs().first() {
             let _ = state.proxy_bound.set(*addr);
         }
@@ -138,16 +144,21 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
         })
         .workers(workers)
         .tcp_nodelay(true)
-        .shutdown_timeout(10)
-        .bind(config.control_addr)?;
+        .shutdown_timeout(10);
+        let server = match &control_tls {
+            Some(certificate) => {
+                server.bind_rustls_0_23(config.control_addr, certificate.server_config()?)?
+            }
+            None => server.bind(config.control_addr)?,
+        };
         for addr in server.addrs() {
-            ready.push(format!("control=http://{addr}"));
+            ready.push(format!("control={}://{addr}", scheme(&config.control_tls)));
         }
         servers.push(server.run());
     }
     if let Some(server) = proxy {
         for addr in server.addrs() {
-            ready.push(format!("proxy=http://{addr}"));
+            ready.push(format!("proxy={}://{addr}", scheme(&config.proxy_tls)));
         }
         servers.push(server.run());
     }
@@ -178,4 +189,13 @@ pub async fn serve(mut config: Config, only: Option<Surface>) -> io::Result<()> 
     }
     tracing::info!("spendgate stopped");
     Ok(())
+}
+
+/// The scheme a listener serves.
+fn scheme(tls: &Option<config::TlsFiles>) -> &'static str {
+    if tls.is_some() {
+        "https"
+    } else {
+        "http"
+    }
 }

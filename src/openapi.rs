@@ -94,6 +94,7 @@ pub fn document(proxy_url: &str) -> utoipa::openapi::OpenApi {
         crate::api::orgs::ApiDoc::openapi(),
         crate::api::keys::ApiDoc::openapi(),
         crate::api::provider_credentials::ApiDoc::openapi(),
+        crate::api::mcp_servers::ApiDoc::openapi(),
         crate::api::model_prices::ApiDoc::openapi(),
         crate::api::audit::ApiDoc::openapi(),
         crate::api::actions::ApiDoc::openapi(),

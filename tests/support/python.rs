@@ -88,3 +88,15 @@ pub async fn run(script: &str, case: &str, proxy_url: &str, key: &str) -> serde_
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{case}: not JSON ({e}): {stdout}"))
 }
+
+/// Starts `tests/python/<script> <args…>` in the virtualenv, its stdout piped (a
+/// long-running helper such as a local server); the caller kills it.
+pub fn spawn(script: &str, args: &[&str]) -> std::process::Child {
+    Command::new(interpreter())
+        .arg(scripts().join(script))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("start the Python interpreter")
+}

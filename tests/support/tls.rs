@@ -31,6 +31,26 @@ impl TestCa {
         TestCa { ca_file, cert, key, _dir: dir }
     }
 
+    /// A server certificate for `localhost` and 127.0.0.1 signed by this CA, written
+    /// as PEM to `cert` and `key` (replacing what they held).
+    pub fn write_leaf(&self, cert: &std::path::Path, key: &std::path::Path) {
+        let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+        let key_pair = KeyPair::generate().unwrap();
+        let leaf = params.signed_by(&key_pair, &self.cert, &self.key).unwrap();
+        std::fs::write(cert, leaf.pem()).unwrap();
+        std::fs::write(key, key_pair.serialize_pem()).unwrap();
+    }
+
+    /// An HTTPS client that trusts this CA only.
+    pub fn client(&self) -> reqwest::Client {
+        let pem = std::fs::read(&self.ca_file).unwrap();
+        reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+            .build()
+            .unwrap()
+    }
+
     /// A server certificate for `localhost` and 127.0.0.1 and its key.
     fn leaf(&self) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
         let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();

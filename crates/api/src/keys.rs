@@ -51,6 +51,9 @@ pub struct CreateKeyBody {
     allowed_providers: Option<Vec<String>>,
     /// Null or absent = unrestricted. At most 100 customer identifiers.
     allowed_customers: Option<Vec<String>>,
+    /// MCP tools the key may see and call through the gateway: null or absent = all,
+    /// `[]` = none. At most 100 entries of `server/tool` or `server/*`.
+    allowed_tools: Option<Vec<String>>,
     /// Default false.
     require_customer_id: Option<bool>,
     /// Default false. When true, a proxied call that brings its own provider
@@ -81,6 +84,9 @@ pub struct UpdateKeyBody {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<Vec<String>>)]
     allowed_customers: Option<Option<Vec<String>>>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Vec<String>>)]
+    allowed_tools: Option<Option<Vec<String>>>,
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<bool>)]
     require_customer_id: Option<Option<bool>>,
@@ -115,6 +121,8 @@ pub struct ApiKeyFields {
     allowed_models: Option<Vec<String>>,
     allowed_providers: Option<Vec<String>>,
     allowed_customers: Option<Vec<String>>,
+    /// MCP tools (`server/tool`, `server/*`) the key may use; null = all.
+    allowed_tools: Option<Vec<String>>,
     require_customer_id: bool,
     /// Calls must use the organization's stored provider credentials.
     require_stored_credentials: bool,
@@ -133,6 +141,7 @@ impl From<&ApiKey> for ApiKeyFields {
             allowed_models: stored_list(k.allowed_models.as_deref()),
             allowed_providers: stored_list(k.allowed_providers.as_deref()),
             allowed_customers: stored_list(k.allowed_customers.as_deref()),
+            allowed_tools: stored_list(k.allowed_tools.as_deref()),
             require_customer_id: k.require_customer_id,
             require_stored_credentials: k.require_stored_credentials,
             api_version: k.api_version.clone(),
@@ -198,12 +207,16 @@ struct Restrictions<'a> {
     allowed_models: Option<&'a [String]>,
     allowed_providers: Option<&'a [String]>,
     allowed_customers: Option<&'a [String]>,
+    allowed_tools: Option<&'a [String]>,
     api_version: Option<&'a str>,
     /// The operator's upstreams, whose names `allowedProviders` may list too.
     named_upstreams: &'a [spendgate_engine::upstreams::NamedUpstream],
 }
 
 fn check_restrictions(r: &Restrictions<'_>, issues: &mut Issues) {
+    if let Some(tools) = r.allowed_tools {
+        check_allowed_tools(tools, issues);
+    }
     if let Some(tags) = r.default_tags {
         validate::check_tags(tags, "defaultTags", issues);
     }
@@ -336,6 +349,7 @@ pub async fn create_key(
             allowed_models: body.allowed_models.as_deref(),
             allowed_providers: body.allowed_providers.as_deref(),
             allowed_customers: body.allowed_customers.as_deref(),
+            allowed_tools: body.allowed_tools.as_deref(),
             api_version: body.api_version.as_deref(),
             named_upstreams: &state.config.upstreams,
         },
@@ -356,6 +370,7 @@ pub async fn create_key(
         allowed_models: to_json_opt(body.allowed_models.as_ref())?,
         allowed_providers: to_json_opt(body.allowed_providers.as_ref())?,
         allowed_customers: to_json_opt(body.allowed_customers.as_ref())?,
+        allowed_tools: to_json_opt(body.allowed_tools.as_ref())?,
         require_customer_id: body.require_customer_id.unwrap_or(false),
         api_version: body.api_version,
         last_used_at: None,
@@ -405,6 +420,18 @@ pub async fn update_key(
     Ok(HttpResponse::Ok().json(json!({ "data": ApiKeyView::from(&row) })))
 }
 
+/// `allowedTools`: at most 100 entries of `server/tool` or `server/*`.
+fn check_allowed_tools(tools: &[String], issues: &mut Issues) {
+    if tools.len() > spendgate_engine::mcp_servers::MAX_ALLOWED_TOOLS {
+        issues.push(&["allowedTools"], "at most 100 entries");
+    }
+    for (i, entry) in tools.iter().enumerate() {
+        if !spendgate_engine::mcp_servers::is_tool_rule(entry) {
+            issues.push(&["allowedTools", &i.to_string()], "must be server/tool or server/*");
+        }
+    }
+}
+
 /// Validates a PATCH body and turns it into column changes.
 fn changes_of(
     body: UpdateKeyBody,
@@ -427,6 +454,7 @@ fn changes_of(
             allowed_models: given(&body.allowed_models),
             allowed_providers: given(&body.allowed_providers),
             allowed_customers: given(&body.allowed_customers),
+            allowed_tools: given(&body.allowed_tools),
             api_version: body.api_version.as_ref().and_then(|v| v.as_deref()),
             named_upstreams,
         },
@@ -440,6 +468,7 @@ fn changes_of(
         allowed_models: list(body.allowed_models)?,
         allowed_providers: list(body.allowed_providers)?,
         allowed_customers: list(body.allowed_customers)?,
+        allowed_tools: list(body.allowed_tools)?,
         require_customer_id: body.require_customer_id.flatten(),
         require_stored_credentials: body.require_stored_credentials.flatten(),
         api_version: body.api_version,
@@ -448,7 +477,7 @@ fn changes_of(
         return Err(ApiError::invalid_field(
             &[],
             "at least one of name, defaultTags, allowedModels, allowedProviders, allowedCustomers, \
-             requireCustomerId, requireStoredCredentials, apiVersion is required",
+             allowedTools, requireCustomerId, requireStoredCredentials, apiVersion is required",
         ));
     }
     Ok(changes)

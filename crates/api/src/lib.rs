@@ -17,6 +17,7 @@ pub mod dashboard;
 pub mod health;
 pub mod keys;
 pub mod margins;
+pub mod mcp_servers;
 pub mod model_prices;
 pub mod openapi;
 pub mod orgs;
@@ -87,6 +88,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(orgs::configure)
             .configure(keys::configure)
             .configure(provider_credentials::configure)
+            .configure(mcp_servers::configure)
             .configure(model_prices::configure)
             .configure(audit::configure)
             .configure(budgets::configure)

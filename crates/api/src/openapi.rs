@@ -43,7 +43,10 @@ impl Document {
     /// The JSON text as served to a request with this `Host` header.
     fn json(&self, host: Option<&str>) -> String {
         match (self.any_host_port, host.and_then(hostname)) {
-            (Some(port), Some(host)) => self.pieces.join(&format!("\"http://{host}:{port}\"")),
+            (Some(port), Some(host)) => {
+                let scheme = if self.proxy_url.starts_with("\"https:") { "https" } else { "http" };
+                self.pieces.join(&format!("\"{scheme}://{host}:{port}\""))
+            }
             _ => self.pieces.join(&self.proxy_url),
         }
     }
@@ -98,5 +101,8 @@ mod tests {
         assert!(any.json(Some("example.com:3000")).contains("\"http://example.com:8787\""));
         assert!(any.json(Some("bad\"host")).contains("\"http://0.0.0.0:8787\""));
         assert!(any.json(None).contains("\"http://0.0.0.0:8787\""));
+        doc.info.description = Some("https://0.0.0.0:8787".to_owned());
+        let tls = Document::new(&doc, "https://0.0.0.0:8787", Some(8787)).unwrap();
+        assert!(tls.json(Some("example.com")).contains("\"https://example.com:8787\""));
     }
 }

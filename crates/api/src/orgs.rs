@@ -64,6 +64,9 @@ pub struct OrgView {
     /// `estimate` (the default) or `block`: what a proxied call to a model without a
     /// price does.
     unpriced_models: String,
+    /// `allow` (the default: charged 0, tagged `_svc_unpriced_tool`) or `block`: what an
+    /// MCP gateway call of a tool without a cost does.
+    unpriced_tools: String,
     member_count: i64,
     created_at: String,
     updated_at: String,
@@ -78,6 +81,7 @@ fn org_view(org: &Organization, role: Role, member_count: i64) -> OrgView {
         upgrade_url: org.upgrade_url.clone(),
         customer_upgrade_url: org.customer_upgrade_url.clone(),
         unpriced_models: org.unpriced_models.clone(),
+        unpriced_tools: org.unpriced_tools.clone(),
         member_count,
         created_at: time::iso(org.created_at),
         updated_at: time::iso(org.updated_at),
@@ -211,6 +215,10 @@ pub struct UpdateOrgBody {
     /// price and tagged) or `block` (refused before it is forwarded). Audited as
     /// `org_unpriced_models.updated`.
     unpriced_models: Option<String>,
+    /// `allow` (a gateway call of a tool without a cost is charged 0 and tagged
+    /// `_svc_unpriced_tool`) or `block` (refused with an `isError` tool result).
+    /// Audited as `org_unpriced_tools.updated`.
+    unpriced_tools: Option<String>,
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -469,9 +477,10 @@ pub async fn get_org(
     Ok(HttpResponse::Ok().json(json!({ "data": org_view(&org, role, count) })))
 }
 
-/// Renames an organization or sets its upgrade URLs or `unpricedModels` (admin). URL
-/// changes are audited as `org_upgrade_url.updated` and `customer_upgrade_url.updated`,
-/// the setting as `org_unpriced_models.updated`.
+/// Renames an organization or sets its upgrade URLs, `unpricedModels` or
+/// `unpricedTools` (admin). URL changes are audited as `org_upgrade_url.updated` and
+/// `customer_upgrade_url.updated`, the settings as `org_unpriced_models.updated` and
+/// `org_unpriced_tools.updated`.
 #[utoipa::path(patch, path = "/api/orgs/{id}", tag = "orgs", security(("session" = [])), request_body = UpdateOrgBody,
     params(("id" = String, Path, description = "svc_org_…")),
     responses((status = 200, description = "`{ data: OrgView }`", body = Data<OrgView>), (status = 400), (status = 401), (status = 403), (status = 404)))]
@@ -489,9 +498,19 @@ pub async fn update_org(
         && body.upgrade_url.is_none()
         && body.customer_upgrade_url.is_none()
         && body.unpriced_models.is_none()
+        && body.unpriced_tools.is_none()
     {
-        issues.push(&[], "provide at least one of name, upgradeUrl, customerUpgradeUrl, unpricedModels");
+        issues.push(
+            &[],
+            "provide at least one of name, upgradeUrl, customerUpgradeUrl, unpricedModels, unpricedTools",
+        );
     }
+    let unpriced_tools = body.unpriced_tools.as_deref().and_then(|raw| {
+        let value =
+            [db::orgs::UNPRICED_TOOLS_ALLOW, db::orgs::UNPRICED_TOOLS_BLOCK].into_iter().find(|v| *v == raw);
+        issues.check(value.is_some(), &["unpricedTools"], "must be allow or block");
+        value
+    });
     let unpriced_models = body.unpriced_models.as_deref().and_then(|raw| {
         let policy = UnpricedPolicy::parse(raw);
         issues.check(policy.is_some(), &["unpricedModels"], "must be estimate or block");
@@ -509,12 +528,13 @@ pub async fn update_org(
             .customer_upgrade_url
             .map(|v| check_url(&v, "customerUpgradeUrl", &mut issues)),
         unpriced_models: unpriced_models.map(UnpricedPolicy::as_str),
+        unpriced_tools,
     };
     issues.finish()?;
     let updated = db::orgs::update_org(&state.pool, &org.id, &user.user.id, &changes, time::now_ms())
         .await?
         .ok_or_else(|| ApiError::not_found("Organization"))?;
-    if unpriced_models.is_some() {
+    if unpriced_models.is_some() || unpriced_tools.is_some() {
         state.model_prices.invalidate(&org.id);
     }
     let count = db::orgs::member_count(&state.pool, &org.id).await?;

@@ -159,7 +159,7 @@ fn endpoint_id(raw: &str) -> Result<String, ApiError> {
 
 /// The URL rules, including the addresses a hostname resolves to now. A name that
 /// does not resolve (yet) is accepted: it is checked again at every send.
-async fn check_target(url: &str, dev: bool, issues: &mut Issues) {
+pub(crate) async fn check_target(url: &str, dev: bool, issues: &mut Issues) {
     if url.chars().count() > MAX_URL_CHARS {
         issues.push(&["url"], format!("must be at most {MAX_URL_CHARS} characters"));
         return;

@@ -5,12 +5,13 @@
 //! revocation (or a membership or organization going, for all of its keys) a
 //! `key_changes` row, and a provider credential's create, rotation or delete a
 //! `provider_credential_changes` row, and a runtime model price's change or an
-//! organization's `unpricedModels` change a `model_price_changes` row, in the
+//! organization's `unpricedModels` change a `model_price_changes` row, and an MCP
+//! server's create or delete a `mcp_server_changes` row, in the
 //! transaction of the change. Each process
 //! polls the feeds every [`POLL_EVERY`]: it refreshes its live budget actor of each
 //! changed budget, drops each changed key from its key cache and each changed
-//! credential from its credential cache and each changed organization from its price
-//! cache. The process that made a change applies it to
+//! credential from its credential cache, each changed MCP server from its server
+//! cache and each changed organization from its price cache. The process that made a change applies it to
 //! itself at once (and its watcher skips that budget change, see
 //! `db::budgets::take_own_change`); the others within about a second. Polls read [`OVERLAP_MS`] back (a
 //! transaction that took its timestamp earlier may commit after a later one, and
@@ -48,6 +49,7 @@ pub fn start(state: AppState) {
             budgets: Cursor::new(),
             keys: Cursor::new(),
             credentials: Cursor::new(),
+            mcp_servers: Cursor::new(),
             prices: Cursor::new(),
         };
         let mut last_prune = 0i64;
@@ -71,6 +73,7 @@ async fn prune(state: &AppState, before: i64) {
         ("key_changes", db::keys::prune_changes(pool, before).await),
         ("provider_credential_changes", db::provider_credentials::prune_changes(pool, before).await),
         ("model_price_changes", db::model_prices::prune_changes(pool, before).await),
+        ("mcp_server_changes", db::mcp_servers::prune_changes(pool, before).await),
     ];
     for (feed, result) in pruned {
         if let Err(e) = result {
@@ -132,6 +135,7 @@ struct Feeds {
     budgets: Cursor,
     keys: Cursor,
     credentials: Cursor,
+    mcp_servers: Cursor,
     prices: Cursor,
 }
 
@@ -180,6 +184,17 @@ impl Feeds {
             .await;
         for (_, org_id, upstream, _) in credentials {
             state.credentials.invalidate(&org_id, &upstream);
+        }
+        let servers = self
+            .mcp_servers
+            .fresh(
+                "mcp_server_changes",
+                |since, after| db::mcp_servers::changes_since(pool, since, after, PAGE),
+                |c| (c.0.as_str(), c.3),
+            )
+            .await;
+        for (_, org_id, name, _) in servers {
+            state.mcp_servers.invalidate(&org_id, &name);
         }
         let prices = self
             .prices

@@ -16,6 +16,10 @@ pub struct Config {
     pub database_url: String,
     pub control_addr: SocketAddr,
     pub proxy_addr: SocketAddr,
+    /// TLS on the control plane's listener (`control_tls_cert` / `control_tls_key`).
+    pub control_tls: Option<TlsFiles>,
+    /// TLS on the proxy's listener (`proxy_tls_cert` / `proxy_tls_key`).
+    pub proxy_tls: Option<TlsFiles>,
     pub upstream_openai: String,
     pub upstream_anthropic: String,
     pub upstream_gemini: String,
@@ -157,6 +161,14 @@ struct Raw {
     origin: String,
 }
 
+/// A listener's certificate chain and private key, PEM files read at start and again
+/// on SIGHUP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 /// Command-line overrides (the highest-priority source).
 #[derive(Debug, Default, Clone)]
 pub struct Overrides {
@@ -176,6 +188,10 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("database_url", "sqlite://PATH (default ./spendgate.db) or postgres://…"),
     ("control_addr", "control-plane listen address (default 127.0.0.1:3000)"),
     ("proxy_addr", "proxy listen address (default 127.0.0.1:8787)"),
+    ("proxy_tls_cert", "PEM certificate chain: the proxy serves https (with proxy_tls_key; reloaded on SIGHUP; default plain http)"),
+    ("proxy_tls_key", "PEM private key of proxy_tls_cert (PKCS#8, PKCS#1 or SEC1)"),
+    ("control_tls_cert", "PEM certificate chain: the control plane serves https (with control_tls_key; reloaded on SIGHUP; default plain http)"),
+    ("control_tls_key", "PEM private key of control_tls_cert"),
     ("upstream_openai", "OpenAI base URL (default https://api.openai.com)"),
     ("upstream_anthropic", "Anthropic base URL (default https://api.anthropic.com)"),
     ("upstream_gemini", "Gemini base URL (default https://generativelanguage.googleapis.com)"),
@@ -345,6 +361,8 @@ impl Config {
             database_url,
             control_addr: r.addr("control_addr", "127.0.0.1:3000")?,
             proxy_addr: r.addr("proxy_addr", "127.0.0.1:8787")?,
+            control_tls: tls_files(&r, "control")?,
+            proxy_tls: tls_files(&r, "proxy")?,
             upstream_openai: r.url("upstream_openai", "https://api.openai.com")?,
             upstream_anthropic: r.url("upstream_anthropic", "https://api.anthropic.com")?,
             upstream_gemini: r.url("upstream_gemini", "https://generativelanguage.googleapis.com")?,
@@ -460,6 +478,32 @@ impl Config {
             }
         }
         Ok(config)
+    }
+}
+
+/// A surface's `{surface}_tls_cert` and `{surface}_tls_key`: both or neither, each an
+/// existing file (their contents are checked when the listener is bound).
+fn tls_files(r: &Reader, surface: &str) -> Result<Option<TlsFiles>, ConfigError> {
+    let (cert_name, key_name) = (format!("{surface}_tls_cert"), format!("{surface}_tls_key"));
+    let existing = |name: &str, value: String| {
+        let path = PathBuf::from(value);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(r.bad(name, "an existing PEM file"))
+        }
+    };
+    match (r.optional(&cert_name), r.optional(&key_name)) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => {
+            Ok(Some(TlsFiles { cert: existing(&cert_name, cert)?, key: existing(&key_name, key)? }))
+        }
+        (Some(_), None) => {
+            Err(r.bad(&key_name, &format!("a PEM private key file, since {cert_name} is set")))
+        }
+        (None, Some(_)) => {
+            Err(r.bad(&cert_name, &format!("a PEM certificate file, since {key_name} is set")))
+        }
     }
 }
 
@@ -668,6 +712,31 @@ mod tests {
         assert_eq!(c.upstream_openai, "https://api.openai.com");
         assert!(!c.dev);
         assert_eq!(c.default_plan, Plan::Enterprise, "a self-hosted install has no tier limits");
+    }
+
+    #[test]
+    fn tls_needs_both_files_and_both_must_exist() {
+        let c = Config::load_from(&Overrides::default(), &env(&[])).unwrap();
+        assert_eq!((c.proxy_tls, c.control_tls), (None, None), "plain http by default");
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert, "x").unwrap();
+        std::fs::write(&key, "x").unwrap();
+        let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+        let c = Config::load_from(
+            &Overrides::default(),
+            &env(&[("SPENDGATE_PROXY_TLS_CERT", cert_s), ("SPENDGATE_PROXY_TLS_KEY", key_s)]),
+        )
+        .unwrap();
+        assert_eq!(c.proxy_tls, Some(TlsFiles { cert: cert.clone(), key: key.clone() }));
+        assert_eq!(c.control_tls, None);
+        let alone = Config::load_from(&Overrides::default(), &env(&[("SPENDGATE_CONTROL_TLS_CERT", cert_s)]));
+        assert!(alone.unwrap_err().0.contains("control_tls_key"));
+        let missing = Config::load_from(
+            &Overrides::default(),
+            &env(&[("SPENDGATE_PROXY_TLS_CERT", "/nonexistent.pem"), ("SPENDGATE_PROXY_TLS_KEY", key_s)]),
+        );
+        assert!(missing.unwrap_err().0.contains("an existing PEM file"));
     }
 
     #[test]

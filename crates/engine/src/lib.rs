@@ -24,6 +24,7 @@ pub mod idempotency;
 pub mod instances;
 pub mod leases;
 pub mod margins;
+pub mod mcp_servers;
 pub mod metrics;
 pub mod model_prices;
 pub mod net;

@@ -87,6 +87,8 @@ pub fn format_of(config: &Config, provider: &str) -> Provider {
 #[derive(Debug, Default)]
 pub struct OrgPrices {
     pub policy: UnpricedPolicy,
+    /// `unpricedTools` is `block`: a gateway call of a tool without a cost is refused.
+    pub block_unpriced_tools: bool,
     prices: HashMap<String, HashMap<String, ModelPrice>>,
 }
 
@@ -98,7 +100,11 @@ impl OrgPrices {
             prices.entry(row.provider.clone()).or_default().insert(row.model.clone(), price);
         }
         // A stored value other than the two is read as the default.
-        OrgPrices { policy: UnpricedPolicy::parse(policy).unwrap_or_default(), prices }
+        OrgPrices {
+            policy: UnpricedPolicy::parse(policy).unwrap_or_default(),
+            block_unpriced_tools: false,
+            prices,
+        }
     }
 
     /// The organization's runtime price of exactly `model` at `provider`.
@@ -151,7 +157,10 @@ impl PriceCache {
         }
         let epoch = self.epoch.load(Ordering::Acquire);
         let loaded = match db::model_prices::org_prices(pool, org_id).await? {
-            Some((policy, rows)) => OrgPrices::from_rows(config, &policy, &rows),
+            Some(((policy, tools), rows)) => OrgPrices {
+                block_unpriced_tools: tools == crate::db::orgs::UNPRICED_TOOLS_BLOCK,
+                ..OrgPrices::from_rows(config, &policy, &rows)
+            },
             None => OrgPrices::default(),
         };
         let loaded = Arc::new(loaded);

@@ -37,6 +37,8 @@ pub struct Inner {
     pub model_prices: crate::model_prices::PriceCache,
     /// Decrypted provider credentials per (organization, upstream).
     pub credentials: crate::credentials::CredentialCache,
+    /// MCP servers per (organization, name), headers decrypted.
+    pub mcp_servers: crate::mcp_servers::ServerCache,
     /// Active status of customer bindings, for the gate.
     pub bindings: crate::binding_cache::BindingCache,
     /// Governed-request counters per organization (plan caps).
@@ -122,6 +124,7 @@ impl AppState {
             tool_costs: crate::tool_costs::ToolCostCache::default(),
             model_prices: crate::model_prices::PriceCache::default(),
             credentials: crate::credentials::CredentialCache::default(),
+            mcp_servers: crate::mcp_servers::ServerCache::default(),
             bindings: crate::binding_cache::BindingCache::default(),
             plan_usage: crate::plan_usage::PlanUsage::default(),
             unsettled,
@@ -141,9 +144,11 @@ impl AppState {
     }
 
     /// The proxy's base URL as agents should call it: the configured
-    /// `proxy_public_url`, else `http://` and [`Self::proxy_addr`].
+    /// `proxy_public_url`, else `http://` (`https://` when the proxy serves TLS) and
+    /// [`Self::proxy_addr`].
     pub fn proxy_public_url(&self) -> String {
-        self.config.proxy_public_url.clone().unwrap_or_else(|| format!("http://{}", self.proxy_addr()))
+        let scheme = if self.config.proxy_tls.is_some() { "https" } else { "http" };
+        self.config.proxy_public_url.clone().unwrap_or_else(|| format!("{scheme}://{}", self.proxy_addr()))
     }
 }
 

@@ -19,6 +19,7 @@ pub mod headers;
 pub mod health;
 pub mod internal;
 pub mod mcp;
+pub mod mcp_gateway;
 pub mod meter;
 pub mod openapi;
 pub mod passthrough;
@@ -134,6 +135,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/v1/policy", web::get().to(policy::get_policy))
             .route("/v1/mcp/budget/check", web::post().to(mcp::budget_check))
             .route("/v1/mcp/events", web::post().to(mcp::record_event))
+            .route("/mcp/{name}", web::post().to(mcp_gateway::post))
+            .route("/mcp/{name}", web::get().to(mcp_gateway::get))
+            .route("/mcp/{name}", web::delete().to(mcp_gateway::delete))
             .route("/v1/bind", web::post().to(customers::bind))
             .route("/v1/gate", web::post().to(customers::gate))
             .route("/v1/customers/{customer_id}/unit-economics", web::get().to(customers::unit_economics))

@@ -111,7 +111,7 @@ fn len_ok(s: &Option<String>, max: usize) -> bool {
 }
 
 /// Effective tags (key defaults under the request's) and the customer.
-fn context(
+pub(crate) fn context(
     key: &KeyIdentity,
     tags: Option<BTreeMap<String, String>>,
     customer: Option<String>,

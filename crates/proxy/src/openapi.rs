@@ -455,6 +455,37 @@ fn bedrock_converse_stream() {}
     ))]
 fn bedrock_invoke_stream() {}
 
+/// One MCP message (JSON-RPC request, notification or response) to the organization's
+/// MCP server `name`, over MCP's streamable HTTP transport; `tools/call` is priced and
+/// charged to the budgets, `tools/list` shows only the key's `allowedTools`.
+#[utoipa::path(post, path = "/mcp/{name}", tag = "proxy", security(("serviceKey" = []), ("serviceKeyBearer" = [])),
+    params(("name" = String, Path, description = "The MCP server's name (`/api/mcp-servers`)")),
+    request_body(content = ProviderBody, description = "A JSON-RPC message"),
+    responses((status = 200, description = "The server's answer as it sent it: application/json or \
+            text/event-stream; a refused tools/call is a JSON-RPC result with isError: true and \
+            _meta[\"spendgate/denial\"]", body = ProviderBody),
+        (status = 202, description = "A notification or response accepted by the server"),
+        (status = 401, description = "unauthorized: no valid key (nothing reached the server)"),
+        (status = 404, description = "not_found: no such server in the key's organization, or a session \
+            id another key opened"),
+        (status = "5XX", description = "upstream_error, upstream_timeout, or the server's own error passed through")))]
+fn mcp_gateway_post() {}
+
+/// The MCP server's SSE stream for the session (`Mcp-Session-Id`).
+#[utoipa::path(get, path = "/mcp/{name}", tag = "proxy", security(("serviceKey" = []), ("serviceKeyBearer" = [])),
+    params(("name" = String, Path, description = "The MCP server's name")),
+    responses((status = 200, description = "text/event-stream, passed through event by event"),
+        (status = 401, description = "unauthorized"), (status = 404, description = "not_found")))]
+fn mcp_gateway_get() {}
+
+/// Ends the MCP session (`Mcp-Session-Id`) at the server and at the gateway.
+#[utoipa::path(delete, path = "/mcp/{name}", tag = "proxy", security(("serviceKey" = []), ("serviceKeyBearer" = [])),
+    params(("name" = String, Path, description = "The MCP server's name")),
+    responses((status = 200, description = "The server's answer, passed through"),
+        (status = 400, description = "validation_error: no Mcp-Session-Id"),
+        (status = 401, description = "unauthorized"), (status = 404, description = "not_found")))]
+fn mcp_gateway_delete() {}
+
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
     chat_completions,
@@ -480,6 +511,9 @@ fn bedrock_invoke_stream() {}
     bedrock_invoke_stream,
     mcp_budget_check,
     mcp_events,
+    mcp_gateway_post,
+    mcp_gateway_get,
+    mcp_gateway_delete,
     super::health::get_health,
     super::health::get_ready,
     super::health::get_metrics,

@@ -8,8 +8,11 @@
 //! the client is gone.
 //!
 //! A client that half-closes its side right after sending a request counts as gone; no
-//! mainstream HTTP client does that. Connections of another kind (TLS, Unix sockets)
-//! get no watcher and behave as before.
+//! mainstream HTTP client does that. On an https listener the watcher peeks at the TCP
+//! socket beneath the TLS session: a client that closes its connection is seen the
+//! same way, while one that first sends a TLS `close_notify` alert (bytes, to a peek)
+//! makes the watch stand down, and is noticed when its answer is written, as before.
+//! Connections of another kind (Unix sockets) get no watcher.
 
 use std::any::Any;
 use std::os::fd::AsFd;
@@ -24,7 +27,14 @@ struct PeerWatch(Rc<tokio::net::TcpStream>);
 
 /// The `on_connect` hook of the proxy listener.
 pub fn on_connect(io: &dyn Any, ext: &mut Extensions) {
-    let Some(tcp) = io.downcast_ref::<actix_web::rt::net::TcpStream>() else { return };
+    type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
+    let tcp = match io.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        Some(tcp) => tcp,
+        None => match io.downcast_ref::<Tls>() {
+            Some(tls) => tls.get_ref().0,
+            None => return,
+        },
+    };
     let Ok(fd) = tcp.as_fd().try_clone_to_owned() else { return };
     // The duplicate shares the original's open file description, non-blocking mode
     // included; it is registered with this worker's reactor under its own number.

@@ -54,6 +54,8 @@ pub struct KeyIdentity {
     pub allowed_models: Option<Vec<String>>,
     pub allowed_providers: Option<Vec<String>>,
     pub allowed_customers: Option<Vec<String>>,
+    /// MCP tools (`server/tool`, `server/*`); `None` = every tool.
+    pub allowed_tools: Option<Vec<String>>,
     pub require_customer_id: bool,
     /// A call must not bring its own provider credential.
     pub require_stored_credentials: bool,
@@ -72,6 +74,7 @@ impl KeyIdentity {
             allowed_models: stored_list(row.allowed_models.as_deref()),
             allowed_providers: stored_list(row.allowed_providers.as_deref()),
             allowed_customers: stored_list(row.allowed_customers.as_deref()),
+            allowed_tools: stored_list(row.allowed_tools.as_deref()),
             require_customer_id: row.require_customer_id,
             require_stored_credentials: row.require_stored_credentials,
             api_version: row.api_version,
@@ -145,6 +148,7 @@ pub(crate) mod tests {
             created_at: 0,
             revoked_at: None,
             require_stored_credentials: false,
+            allowed_tools: None,
         }
     }
 

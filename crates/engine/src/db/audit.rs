@@ -36,9 +36,12 @@ pub mod actions {
     pub const PROVIDER_CREDENTIAL_CREATED: &str = "provider_credential.created";
     pub const PROVIDER_CREDENTIAL_ROTATED: &str = "provider_credential.rotated";
     pub const PROVIDER_CREDENTIAL_DELETED: &str = "provider_credential.deleted";
+    pub const MCP_SERVER_CREATED: &str = "mcp_server.created";
+    pub const MCP_SERVER_DELETED: &str = "mcp_server.deleted";
     pub const MODEL_PRICE_SET: &str = "model_price.set";
     pub const MODEL_PRICE_DELETED: &str = "model_price.deleted";
     pub const ORG_UNPRICED_MODELS_UPDATED: &str = "org_unpriced_models.updated";
+    pub const ORG_UNPRICED_TOOLS_UPDATED: &str = "org_unpriced_tools.updated";
 }
 
 /// `resourceType` values.
@@ -48,6 +51,7 @@ pub mod resources {
     pub const INVITATION: &str = "invitation";
     pub const PROVIDER_CREDENTIAL: &str = "provider_credential";
     pub const MODEL_PRICE: &str = "model_price";
+    pub const MCP_SERVER: &str = "mcp_server";
 }
 
 /// What happened, to what, and by whom: the caller-supplied part of an audit row.

@@ -25,6 +25,7 @@
 use actors::budget::Policy;
 use diesel::{ExpressionMethods, JoinOnDsl, OptionalExtension, QueryDsl};
 
+use crate::db::prepared::Prepared;
 use crate::db::schema::{budget_changes, budget_leases, budgets, instances};
 use crate::db::shared_budgets::{free_reserved, AcquireError};
 use crate::db::{DbError, DbResult, Pool};
@@ -139,10 +140,11 @@ pub async fn extend(
             held.sort_unstable();
             let mut live = std::collections::HashSet::new();
             for id in held {
-                let n = diesel::update(budget_leases::table.find(id))
-                    .set(budget_leases::updated_at.eq(now))
-                    .execute(conn)
-                    .await?;
+                let n = Prepared(
+                    diesel::update(budget_leases::table.find(id)).set(budget_leases::updated_at.eq(now)),
+                )
+                .execute(conn)
+                .await?;
                 if n == 1 {
                     live.insert(id);
                 }
@@ -167,12 +169,14 @@ pub async fn extend(
                     let ample = whole.saturating_mul(SHARE_OF_ROOM);
                     let used = budgets::spend_microdollars + budgets::reserved_microdollars;
                     let room = budgets::max_budget_microdollars - ask.keep_free;
-                    let at_once: Option<String> = diesel::update(entity.filter((used + ample).le(room)))
-                        .set(budgets::reserved_microdollars.eq(budgets::reserved_microdollars + whole))
-                        .returning(budgets::id)
-                        .get_result(conn)
-                        .await
-                        .optional()?;
+                    let at_once: Option<String> = Prepared(
+                        diesel::update(entity.filter((used + ample).le(room)))
+                            .set(budgets::reserved_microdollars.eq(budgets::reserved_microdollars + whole))
+                            .returning(budgets::id),
+                    )
+                    .get_result(conn)
+                    .await
+                    .optional()?;
                     if let Some(budget_id) = at_once {
                         taken = Some((budget_id, Slice { amount: whole, tight: false }));
                         break;
@@ -233,14 +237,15 @@ pub async fn extend(
                 };
                 let lease_id = match ask.lease_id.as_deref().filter(|id| live.contains(id)) {
                     Some(id) => {
-                        diesel::update(budget_leases::table.find(id))
-                            .set((
+                        Prepared(
+                            diesel::update(budget_leases::table.find(id)).set((
                                 budget_leases::amount_microdollars
                                     .eq(budget_leases::amount_microdollars + slice.amount),
                                 budget_leases::tight.eq(slice.tight),
-                            ))
-                            .execute(conn)
-                            .await?;
+                            )),
+                        )
+                        .execute(conn)
+                        .await?;
                         id.to_owned()
                     }
                     None => {
@@ -345,11 +350,11 @@ macro_rules! consume_leases {
             }
         }
         for (lease_id, amount) in by_lease {
-            let budget_id: Option<String> = diesel::update(
-                l::table.filter(l::id.eq(lease_id)).filter(l::amount_microdollars.ge(amount)),
+            let budget_id: Option<String> = $crate::db::prepared::Prepared(
+                diesel::update(l::table.filter(l::id.eq(lease_id)).filter(l::amount_microdollars.ge(amount)))
+                    .set(l::amount_microdollars.eq(l::amount_microdollars - amount))
+                    .returning(l::budget_id),
             )
-            .set(l::amount_microdollars.eq(l::amount_microdollars - amount))
-            .returning(l::budget_id)
             .get_result($conn) $($aw)*
             .optional()?;
             if let Some(budget_id) = budget_id {

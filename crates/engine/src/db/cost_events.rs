@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use actors::budget::{next_period_start, period_start, ResetInterval};
 
 use crate::db::models::{CostEvent, OutboxEvent};
+use crate::db::prepared::Prepared;
 use crate::db::schema::{budgets, cost_event_bodies, cost_event_tags, cost_events, fold_marks};
 use crate::db::{DbResult, Pool};
 use diesel::{ExpressionMethods, QueryDsl};
@@ -195,10 +196,12 @@ macro_rules! commit_statements {
         let mut inserted_ids = HashSet::new();
         // The commit's place in commit order (see `crate::db::fold`): taken first, so
         // that on PostgreSQL the row lock orders the commits of every instance.
-        let clock: i64 = diesel::update(fold_marks::table.filter(fold_marks::name.eq(crate::db::fold::CLOCK)))
-            .set(fold_marks::seq.eq(fold_marks::seq + events.len() as i64))
-            .returning(fold_marks::seq)
-            .get_result($conn) $($aw)* ?;
+        let clock: i64 = Prepared(
+            diesel::update(fold_marks::table.filter(fold_marks::name.eq(crate::db::fold::CLOCK)))
+                .set(fold_marks::seq.eq(fold_marks::seq + events.len() as i64))
+                .returning(fold_marks::seq),
+        )
+        .get_result($conn) $($aw)* ?;
         let first = clock - events.len() as i64 + 1;
         let rows: Vec<(&CostEvent, _)> = events
             .iter()
@@ -263,7 +266,7 @@ macro_rules! commit_statements {
             if added == 0 {
                 continue;
             }
-            let updated: Vec<(i64, i64, String, Option<String>, Option<i64>, String, i64)> = diesel::update(
+            let updated: Vec<(i64, i64, String, Option<String>, Option<i64>, String, i64)> = Prepared(diesel::update(
                 budgets::table
                     .filter(budgets::org_id.eq(&target.org_id))
                     .filter(budgets::entity_type.eq(target.entity_type))
@@ -282,7 +285,7 @@ macro_rules! commit_statements {
                 budgets::current_period_start,
                 budgets::id,
                 budgets::spend_seq,
-            ))
+            )))
             .get_results($conn) $($aw)* ?;
             for (mut spend_after, limit, thresholds, interval, start, budget_id, spend_seq) in updated {
                 // A refund (negative `added`) may have stopped at zero: what it found

@@ -68,6 +68,7 @@ pub struct KeyChanges {
     pub allowed_models: Option<Option<String>>,
     pub allowed_providers: Option<Option<String>>,
     pub allowed_customers: Option<Option<String>>,
+    pub allowed_tools: Option<Option<String>>,
     pub require_customer_id: Option<bool>,
     pub require_stored_credentials: Option<bool>,
     pub api_version: Option<Option<String>>,
@@ -80,6 +81,7 @@ impl KeyChanges {
             && self.allowed_models.is_none()
             && self.allowed_providers.is_none()
             && self.allowed_customers.is_none()
+            && self.allowed_tools.is_none()
             && self.require_customer_id.is_none()
             && self.require_stored_credentials.is_none()
             && self.api_version.is_none()

@@ -25,9 +25,11 @@ pub mod fold;
 pub mod fold_sums;
 pub mod keys;
 pub mod margins;
+pub mod mcp_servers;
 pub mod model_prices;
 pub mod models;
 pub mod orgs;
+pub mod prepared;
 pub mod processor;
 pub mod provider_credentials;
 pub mod refunds;
@@ -46,13 +48,14 @@ pub mod webhooks;
 
 use std::time::Duration;
 
+use deadpool::managed::{Hook, HookError, Metrics};
 use deadpool::Runtime;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sqlite::SqliteConnection;
 use diesel::Connection as _;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::pooled_connection::deadpool::{Object, Pool as DeadPool};
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod};
 use diesel_async::sync_connection_wrapper::{SpawnBlocking, SyncConnectionWrapper};
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
@@ -254,8 +257,43 @@ const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = 
      PRAGMA temp_store = MEMORY; PRAGMA mmap_size = 268435456; PRAGMA wal_autocheckpoint = 0; \
      PRAGMA journal_size_limit = 67108864;";
 
+/// A PostgreSQL connection checked out again within this long of its last checkout
+/// is used as it is; one idle for longer is first asked `SELECT 1` (one round trip),
+/// so a connection the server dropped while it sat idle is replaced before use
+/// instead of failing the first statement given to it.
+const VERIFY_AFTER_IDLE: Duration = Duration::from_secs(5);
+
+/// The PostgreSQL pool's connections. diesel-async's default recycling asks every
+/// checkout `SELECT 1`: one more round trip before each transaction (a commit, a lease)
+/// and each read. Only a connection idle past [`VERIFY_AFTER_IDLE`] is asked.
+fn pg_pool(url: &str, max_connections: usize) -> Result<DeadPool<PgConn>, String> {
+    let mut config = ManagerConfig::<PgConn>::default();
+    config.recycling_method = RecyclingMethod::Fast;
+    let manager = AsyncDieselConnectionManager::<PgConn>::new_with_config(url, config);
+    let verify_idle = Hook::async_fn(|conn: &mut PgConn, metrics: &Metrics| {
+        let idle = metrics.last_used() >= VERIFY_AFTER_IDLE;
+        Box::pin(async move {
+            if idle {
+                conn.batch_execute("SELECT 1").await.map_err(|e| HookError::Message(e.to_string().into()))?;
+            }
+            Ok(())
+        })
+    });
+    DeadPool::builder(manager)
+        .max_size(max_connections.max(1))
+        .wait_timeout(Some(CONNECT_TIMEOUT))
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .runtime(Runtime::Tokio1)
+        .pre_recycle(verify_idle)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The SQLite pools' connections: a local file does not go away between two uses, so
+/// a checkout asks nothing (the default would run `SELECT 1` on a blocking thread).
 fn sqlite_manager(path: &str) -> AsyncDieselConnectionManager<SqliteConn> {
     let mut config = ManagerConfig::<SqliteConn>::default();
+    config.recycling_method = RecyclingMethod::Fast;
     config.custom_setup = Box::new(|url: &str| {
         let url = url.to_owned();
         async move {
@@ -291,17 +329,7 @@ impl Pool {
                     path: path.into(),
                 }))
             }
-            Some(Backend::Postgres) => {
-                let manager = AsyncDieselConnectionManager::<PgConn>::new(url);
-                let pool = DeadPool::builder(manager)
-                    .max_size(max_connections.max(1))
-                    .wait_timeout(Some(CONNECT_TIMEOUT))
-                    .create_timeout(Some(CONNECT_TIMEOUT))
-                    .runtime(Runtime::Tokio1)
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                Ok(Pool::Pg(PgPool(pool)))
-            }
+            Some(Backend::Postgres) => Ok(Pool::Pg(PgPool(pg_pool(url, max_connections)?))),
             None => Err(format!("unsupported database URL {url:?}: use sqlite://PATH or postgres://…")),
         }
     }

@@ -110,13 +110,16 @@ pub async fn list_all(pool: &Pool) -> DbResult<Vec<RuntimePrice>> {
     })
 }
 
-/// The organization's `unpricedModels` setting and runtime prices, read together;
-/// `None` when the organization does not exist.
-pub async fn org_prices(pool: &Pool, org_id: &str) -> DbResult<Option<(String, Vec<RuntimePrice>)>> {
+/// The organization's `unpricedModels` and `unpricedTools` settings and runtime
+/// prices, read together; `None` when the organization does not exist.
+pub async fn org_prices(
+    pool: &Pool,
+    org_id: &str,
+) -> DbResult<Option<((String, String), Vec<RuntimePrice>)>> {
     with_conn!(pool, read, |conn| {
-        let setting: Option<String> = organizations::table
+        let setting: Option<(String, String)> = organizations::table
             .find(org_id)
-            .select(organizations::unpriced_models)
+            .select((organizations::unpriced_models, organizations::unpriced_tools))
             .first(conn)
             .await
             .optional()?;

@@ -28,6 +28,8 @@ pub struct Organization {
     pub updated_at: i64,
     /// `estimate` or `block`: what a call to a model without a price does.
     pub unpriced_models: String,
+    /// `allow` or `block`: what a gateway tool call of a tool without a cost does.
+    pub unpriced_tools: String,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -83,6 +85,8 @@ pub struct ApiKey {
     pub created_at: i64,
     pub revoked_at: Option<i64>,
     pub require_stored_credentials: bool,
+    /// JSON array of `server/tool` or `server/*`; NULL = every MCP tool.
+    pub allowed_tools: Option<String>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -348,6 +352,20 @@ pub struct ProviderCredential {
     pub updated_at: i64,
     /// A cloud credential's non-secret parts (JSON), shown in lists.
     pub details: Option<String>,
+}
+
+/// An MCP server of an organization; its headers stay encrypted here.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = mcp_servers)]
+pub struct McpServer {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub url: String,
+    /// JSON array of the header names.
+    pub header_names: String,
+    pub encrypted_headers: Option<String>,
+    pub created_at: i64,
 }
 
 /// A price an organization set at run time, in µ$ per million tokens.

@@ -34,6 +34,7 @@ pub fn new_org(id: String, name: String, plan: &str, now: i64) -> Organization {
         created_at: now,
         updated_at: now,
         unpriced_models: crate::db::model_prices::ESTIMATE.to_owned(),
+        unpriced_tools: UNPRICED_TOOLS_ALLOW.to_owned(),
     }
 }
 
@@ -236,7 +237,13 @@ pub struct OrgChanges {
     pub customer_upgrade_url: Option<Option<String>>,
     /// `estimate` or `block`, checked by the caller.
     pub unpriced_models: Option<&'static str>,
+    /// `allow` or `block`, checked by the caller.
+    pub unpriced_tools: Option<&'static str>,
 }
+
+/// `unpricedTools` values.
+pub const UNPRICED_TOOLS_ALLOW: &str = "allow";
+pub const UNPRICED_TOOLS_BLOCK: &str = "block";
 
 /// Applies `changes`, recording `org_upgrade_url.updated` and
 /// `customer_upgrade_url.updated` for the URLs whose value actually changed.
@@ -264,12 +271,15 @@ pub async fn update_org(
             changes.customer_upgrade_url.clone().unwrap_or_else(|| current.customer_upgrade_url.clone());
         let unpriced_models =
             changes.unpriced_models.map_or_else(|| current.unpriced_models.clone(), str::to_owned);
+        let unpriced_tools =
+            changes.unpriced_tools.map_or_else(|| current.unpriced_tools.clone(), str::to_owned);
         diesel::update(organizations::table.find(org_id))
             .set((
                 organizations::name.eq(&name),
                 organizations::upgrade_url.eq(&upgrade_url),
                 organizations::customer_upgrade_url.eq(&customer_upgrade_url),
                 organizations::unpriced_models.eq(&unpriced_models),
+                organizations::unpriced_tools.eq(&unpriced_tools),
                 organizations::updated_at.eq(now),
             ))
             .execute(conn)
@@ -282,6 +292,18 @@ pub async fn update_org(
                 resource_type: resources::ORGANIZATION,
                 resource_id: Some(ids::prefixed(ids::ORG, org_id)),
                 metadata: json!({ "unpricedModels": unpriced_models, "previous": current.unpriced_models }),
+            };
+            record_audit!(conn, audit::new_event(entry, now))?;
+            crate::db::model_prices::note_price_change!(conn, org_id, now);
+        }
+        if unpriced_tools != current.unpriced_tools {
+            let entry = Entry {
+                org_id,
+                actor_user_id: Some(actor_id),
+                action: actions::ORG_UNPRICED_TOOLS_UPDATED,
+                resource_type: resources::ORGANIZATION,
+                resource_id: Some(ids::prefixed(ids::ORG, org_id)),
+                metadata: json!({ "unpricedTools": unpriced_tools, "previous": current.unpriced_tools }),
             };
             record_audit!(conn, audit::new_event(entry, now))?;
             crate::db::model_prices::note_price_change!(conn, org_id, now);
@@ -313,6 +335,7 @@ pub async fn update_org(
             upgrade_url,
             customer_upgrade_url,
             unpriced_models,
+            unpriced_tools,
             updated_at: now,
             ..current
         }))

@@ -23,6 +23,7 @@ diesel::table! {
         created_at -> BigInt,
         updated_at -> BigInt,
         unpriced_models -> Text,
+        unpriced_tools -> Text,
     }
 }
 
@@ -78,6 +79,7 @@ diesel::table! {
         created_at -> BigInt,
         revoked_at -> Nullable<BigInt>,
         require_stored_credentials -> Bool,
+        allowed_tools -> Nullable<Text>,
     }
 }
 
@@ -229,6 +231,27 @@ diesel::table! {
         id -> Text,
         org_id -> Text,
         upstream -> Text,
+        changed_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    mcp_servers (id) {
+        id -> Text,
+        org_id -> Text,
+        name -> Text,
+        url -> Text,
+        header_names -> Text,
+        encrypted_headers -> Nullable<Text>,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    mcp_server_changes (id) {
+        id -> Text,
+        org_id -> Text,
+        name -> Text,
         changed_at -> BigInt,
     }
 }
@@ -555,6 +578,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     key_changes,
     provider_credentials,
     provider_credential_changes,
+    mcp_servers,
+    mcp_server_changes,
     model_prices,
     model_price_changes,
     cost_events,

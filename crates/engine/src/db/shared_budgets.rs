@@ -219,9 +219,11 @@ macro_rules! free_reserved {
     ($conn:expr, $budget_id:expr, $amount:expr, $($aw:tt)*) => {{
         use $crate::db::schema::budgets as b;
         let (budget_id, amount): (&str, i64) = ($budget_id, $amount);
-        let subtracted = diesel::update(b::table.filter(b::id.eq(budget_id)).filter(b::reserved_microdollars.ge(amount)))
-            .set(b::reserved_microdollars.eq(b::reserved_microdollars - amount))
-            .execute($conn) $($aw)* ?;
+        let subtracted = $crate::db::prepared::Prepared(
+            diesel::update(b::table.filter(b::id.eq(budget_id)).filter(b::reserved_microdollars.ge(amount)))
+                .set(b::reserved_microdollars.eq(b::reserved_microdollars - amount)),
+        )
+        .execute($conn) $($aw)* ?;
         if subtracted == 0 {
             diesel::update(b::table.filter(b::id.eq(budget_id)).filter(b::reserved_microdollars.lt(amount)))
                 .set(b::reserved_microdollars.eq(0_i64))

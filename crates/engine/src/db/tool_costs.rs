@@ -50,6 +50,29 @@ pub async fn cost_of(pool: &Pool, org_id: &str, server: &str, tool: &str) -> DbR
 /// cost follows the discovery unless it is `manual`. `None`, with nothing written,
 /// when the organization would then hold more than `max_tools` tools.
 pub async fn discover(pool: &Pool, rows: Vec<ToolCost>, max_tools: i64) -> DbResult<Option<usize>> {
+    upsert(
+        pool,
+        rows,
+        max_tools,
+        "CASE WHEN tool_costs.source = 'manual' THEN tool_costs.cost_microdollars \
+         ELSE excluded.cost_microdollars END",
+    )
+    .await
+}
+
+/// Like [`discover`], for tools an MCP server listed through the gateway: a tool's
+/// cost is never changed by being listed (a new tool starts at its row's cost, 0; a
+/// known one keeps its own).
+pub async fn register_seen(pool: &Pool, rows: Vec<ToolCost>, max_tools: i64) -> DbResult<Option<usize>> {
+    upsert(pool, rows, max_tools, "tool_costs.cost_microdollars").await
+}
+
+async fn upsert(
+    pool: &Pool,
+    rows: Vec<ToolCost>,
+    max_tools: i64,
+    cost: &'static str,
+) -> DbResult<Option<usize>> {
     let Some(org_id) = <[ToolCost]>::first(&rows).map(|r| r.org_id.clone()) else {
         return Ok(Some(0));
     };
@@ -60,10 +83,7 @@ pub async fn discover(pool: &Pool, rows: Vec<ToolCost>, max_tools: i64) -> DbRes
                 .on_conflict((tool_costs::org_id, tool_costs::server_name, tool_costs::tool_name))
                 .do_update()
                 .set((
-                    tool_costs::cost_microdollars.eq(sql::<BigInt>(
-                        "CASE WHEN tool_costs.source = 'manual' THEN tool_costs.cost_microdollars \
-                         ELSE excluded.cost_microdollars END",
-                    )),
+                    tool_costs::cost_microdollars.eq(sql::<BigInt>(cost)),
                     tool_costs::source.eq(sql::<Text>(
                         "CASE WHEN tool_costs.source = 'manual' THEN 'manual' ELSE 'discovered' END",
                     )),

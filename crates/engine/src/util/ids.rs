@@ -12,6 +12,7 @@ pub const WEBHOOK: &str = "svc_wh_";
 pub const DELIVERY: &str = "svc_del_";
 pub const USER: &str = "svc_usr_";
 pub const TOOL_COST: &str = "svc_tc_";
+pub const MCP_SERVER: &str = "svc_mcp_";
 pub const ORG: &str = "svc_org_";
 
 /// A fresh bare UUID as stored in the database. Version 7 (time-ordered): new rows

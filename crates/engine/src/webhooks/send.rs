@@ -24,6 +24,18 @@ pub fn client(dev: bool, timeout: Duration) -> awc::Client {
     })
 }
 
+/// Like [`client`], without a whole-request timeout (for streams that rightly stay
+/// open, such as an MCP server's SSE answers): connects only to allowed addresses.
+pub fn streaming_client(dev: bool, connect_timeout: Duration) -> awc::Client {
+    let resolver = actix_tls::connect::Resolver::custom(target::CheckedResolver { dev });
+    crate::net::client(&crate::net::Options {
+        connect_timeout,
+        keep_alive: Duration::from_secs(30),
+        timeout: None,
+        resolver: Some(resolver),
+    })
+}
+
 /// One call to make.
 pub struct Call<'a> {
     pub url: &'a str,

@@ -12,6 +12,8 @@ mod aws_events;
 mod bedrock;
 mod bound;
 mod gemini;
+#[cfg(test)]
+mod golden;
 mod openai;
 mod request;
 mod responses;

@@ -1,0 +1,2 @@
+DROP TABLE mcp_server_changes;
+DROP TABLE mcp_servers;
