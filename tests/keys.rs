@@ -231,7 +231,7 @@ async fn create_validates_every_field() {
         (json!({ "name": "k", "allowedModels": vec!["m"; 51] }), json!(["allowedModels"])),
         (json!({ "name": "k", "allowedModels": ["ok", ""] }), json!(["allowedModels", "1"])),
         (json!({ "name": "k", "allowedModels": ["x".repeat(201)] }), json!(["allowedModels", "0"])),
-        (json!({ "name": "k", "allowedProviders": ["openai", "azure"] }), json!(["allowedProviders", "1"])),
+        (json!({ "name": "k", "allowedProviders": ["openai", "watsonx"] }), json!(["allowedProviders", "1"])),
         (json!({ "name": "k", "allowedProviders": ["OpenAI"] }), json!(["allowedProviders", "0"])),
         (json!({ "name": "k", "allowedCustomers": vec!["c"; 101] }), json!(["allowedCustomers"])),
         (json!({ "name": "k", "allowedCustomers": ["acme", "a b"] }), json!(["allowedCustomers", "1"])),
@@ -322,7 +322,7 @@ async fn patch_changes_settings_and_validates() {
         (json!({ "defaultTags": null }), json!(["defaultTags"])),
         (json!({ "defaultTags": { "_svc_internal": "x" } }), json!(["defaultTags", "_svc_internal"])),
         (json!({ "allowedModels": vec!["m"; 51] }), json!(["allowedModels"])),
-        (json!({ "allowedProviders": ["azure"] }), json!(["allowedProviders", "0"])),
+        (json!({ "allowedProviders": ["watsonx"] }), json!(["allowedProviders", "0"])),
         (json!({ "allowedCustomers": ["no spaces"] }), json!(["allowedCustomers", "0"])),
         (json!({ "requireCustomerId": null }), json!(["requireCustomerId"])),
     ] {

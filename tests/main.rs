@@ -9,6 +9,8 @@ mod actions;
 mod admission;
 mod auth;
 mod budgets;
+mod clouds_azure;
+mod clouds_bedrock;
 mod cluster;
 mod cost_events;
 mod customers;

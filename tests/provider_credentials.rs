@@ -134,7 +134,7 @@ async fn credentials_are_stored_masked_listed_and_deleted_by_role() {
 async fn bad_credentials_are_refused_and_change_nothing() {
     let s = setup().await;
     let bad = [
-        (json!({ "upstream": "azure", "secret": OPENAI_SECRET }), "upstream"),
+        (json!({ "upstream": "watsonx", "secret": OPENAI_SECRET }), "upstream"),
         (json!({ "upstream": "OpenAI", "secret": OPENAI_SECRET }), "upstream"),
         (json!({ "upstream": "openai", "secret": "" }), "secret"),
         (json!({ "upstream": "openai", "secret": "sk has spaces" }), "secret"),

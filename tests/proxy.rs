@@ -731,7 +731,7 @@ async fn policy_documents_on_both_surfaces() {
     assert_eq!(r.body["budget"]["entity_type"], "api_key");
     assert!(r.body["budget"]["period_end"].as_str().is_some());
     assert_eq!(r.body["restrictions_active"], false);
-    assert_eq!(r.body["allowed_providers"], json!(["openai", "anthropic", "google"]));
+    assert_eq!(r.body["allowed_providers"], json!(["openai", "anthropic", "google", "azure", "bedrock"]));
     assert!(r.body["cheapest_overall"]["input_per_mtok"].as_i64().is_some());
     let same = s.app.control().get_with_key("/api/policy", &s.raw).await;
     assert_eq!(same.status, 200, "{same:?}");

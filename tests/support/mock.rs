@@ -14,6 +14,11 @@
 //!   the bookkeeping endpoints under `/v1/responses/` (see [`responses`]);
 //! - `POST /v1/embeddings`: OpenAI embeddings (usage `prompt_tokens` = `usage.input`).
 //!
+//! - Azure OpenAI: `/openai/deployments/{deployment}/...` and `/openai/v1/...` (see
+//!   [`azure`]: `api-key` and `api-version` checked).
+//! - Amazon Bedrock: `/model/{modelId}/converse` and `/invoke` (see [`bedrock`]: the
+//!   SigV4 signature or the API key checked).
+//!
 //! One lower-case base-path segment before the version (`/or/v1/chat/completions`) is
 //! ignored, for upstreams whose base URL has a path. Anything else is a JSON 404.
 //! Every request (404s included) is recorded, in arrival order, once its head and body
@@ -38,6 +43,7 @@
 //! | `end_after` | none | after N stream events, end the body cleanly (the connection closes normally, but the provider's end marker never came) |
 //! | `error_after` | none | Anthropic streams: after N events, send an `error` event (`overloaded_error`) and end |
 //! | `tool_calls` | `false` | answer with a `get_weather` tool call |
+//! | `answer_model` | the request's `model` | the model the answer names |
 //! | `echo_headers` | `false` | non-streaming only: add a top-level `"received_headers"` object to the answer |
 //! | `builtin_tools` | `[]` | Responses: built-in tool items (`"web_search_call"`, ...) before the answer |
 //! | `builtin_tools_repeat` | `1` | Responses: the `builtin_tools` list this many times over (each item its own id) |
@@ -90,6 +96,8 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpResponseBuilder, HttpServer}
 use futures_util::stream::{LocalBoxStream, Stream, StreamExt};
 use serde_json::{json, Map, Value};
 
+mod azure;
+pub mod bedrock;
 mod responses;
 
 /// Request bodies up to this size are accepted (the proxy's own caps are under test).
@@ -128,6 +136,10 @@ impl Recorded {
 #[derive(Default)]
 struct Shared {
     requests: Mutex<Vec<Recorded>>,
+    /// The only `api-key` the Azure paths accept, when set.
+    azure_key: Mutex<Option<String>>,
+    /// How the Bedrock paths must be authenticated, when set.
+    bedrock: Mutex<Option<bedrock::Expect>>,
     completed: AtomicUsize,
     cancelled: AtomicUsize,
     aborted: AtomicUsize,
@@ -175,6 +187,16 @@ impl MockUpstream {
             .expect("spawn mock upstream thread");
         let handle = rx.recv().expect("mock upstream started");
         MockUpstream { base: format!("http://127.0.0.1:{port}"), shared, handle }
+    }
+
+    /// The Azure paths accept this `api-key` only (any non-empty one until set).
+    pub fn expect_azure_key(&self, key: &str) {
+        *self.shared.azure_key.lock().unwrap_or_else(PoisonError::into_inner) = Some(key.to_owned());
+    }
+
+    /// The Bedrock paths accept only requests authenticated as `expect` says.
+    pub fn expect_bedrock(&self, expect: bedrock::Expect) {
+        *self.shared.bedrock.lock().unwrap_or_else(PoisonError::into_inner) = Some(expect);
     }
 
     /// Every request received so far, in order.
@@ -334,7 +356,8 @@ fn route(req: &HttpRequest) -> Option<Route> {
     }
     // One base-path segment before the version (`/or/v1/...`) is ignored, for an
     // upstream configured with a base URL that has a path.
-    let path = req.path();
+    let azure = azure::openai_path(req.path());
+    let path = azure.as_deref().unwrap_or(req.path());
     let path = match path.get(1..).and_then(|p| p.split_once('/')) {
         Some((segment, rest))
             if segment.bytes().all(|b| b.is_ascii_lowercase()) && rest.starts_with("v1") =>
@@ -371,6 +394,34 @@ async fn handle(req: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> Htt
     if responses::is_bookkeeping(&req) {
         return responses::bookkeeping(&req);
     }
+    if let Some((model, op)) = bedrock::route(req.path()) {
+        let expect = shared.bedrock.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(refused) = bedrock::refusal(&req, &body, expect.as_ref()) {
+            return refused;
+        }
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let ctl = Control::from_body(&request);
+        let model = model.replace("%3A", ":");
+        let shared = shared.into_inner();
+        return match op {
+            "converse-stream" => {
+                bedrock::stream_head().streaming(tracked_stream(bedrock::converse_events(&ctl), &ctl, shared))
+            }
+            "invoke-with-response-stream" => bedrock::stream_head().streaming(tracked_stream(
+                bedrock::invoke_events(&ctl, &model),
+                &ctl,
+                shared,
+            )),
+            "invoke" if model.contains("anthropic.") => {
+                HttpResponse::Ok().json(anthropic_message(&ctl, &model))
+            }
+            _ => bedrock::converse(&ctl),
+        };
+    }
+    let azure_key = shared.azure_key.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    if let Some(refused) = azure::refusal(&req, azure_key.as_deref()) {
+        return refused;
+    }
     let Some(route) = route(&req) else {
         let message = format!("mock upstream: no route for {} {}", req.method(), req.path());
         return HttpResponse::NotFound()
@@ -383,7 +434,12 @@ async fn handle(req: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> Htt
         actix_web::rt::time::sleep(Duration::from_millis(ctl.delay_ms)).await;
     }
     let shared = shared.into_inner();
-    let model = request["model"].as_str().unwrap_or("unknown-model").to_owned();
+    // `answer_model`: the model the answer names (Azure names the deployment's model).
+    let model = request["mock"]["answer_model"]
+        .as_str()
+        .or(request["model"].as_str())
+        .unwrap_or("unknown-model")
+        .to_owned();
     let streaming = request["stream"].as_bool().unwrap_or(false);
     match route {
         Route::OpenAi => match ctl.status {

@@ -35,7 +35,7 @@ pub const MAX_ALLOWED_CUSTOMERS: usize = 100;
 /// `anthropic`; `google` is accepted as well because the proxy also serves the
 /// Gemini generative-content routes, and a key could otherwise not be limited to
 /// them.
-pub const KNOWN_PROVIDERS: &[&str] = &["openai", "anthropic", "google"];
+pub const KNOWN_PROVIDERS: &[&str] = &["openai", "anthropic", "google", "bedrock", "vertex", "azure"];
 
 /// Body of `POST /api/keys`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -235,7 +235,7 @@ fn check_restrictions(r: &Restrictions<'_>, issues: &mut Issues) {
             if !KNOWN_PROVIDERS.contains(&p.as_str()) && !r.named_upstreams.iter().any(|u| u.name == *p) {
                 issues.push(
                     &["allowedProviders", &i.to_string()],
-                    "must be one of openai, anthropic, google or a configured upstream's name",
+                    "must be one of openai, anthropic, google, bedrock, vertex, azure or a configured upstream's name",
                 );
             }
         }
@@ -561,7 +561,8 @@ mod tests {
         assert_eq!(issues_of(&Restrictions { allowed_models: Some(&fifty_one), ..Default::default() }), 1);
         let bad_models = strings(&["", " ", &"x".repeat(201), &"x".repeat(200)]);
         assert_eq!(issues_of(&Restrictions { allowed_models: Some(&bad_models), ..Default::default() }), 3);
-        let providers = strings(&["openai", "anthropic", "google", "OpenAI", "azure"]);
+        let providers =
+            strings(&["openai", "anthropic", "google", "OpenAI", "azure", "bedrock", "vertex", "aws"]);
         assert_eq!(issues_of(&Restrictions { allowed_providers: Some(&providers), ..Default::default() }), 2);
         let customers = vec!["c".to_owned(); 101];
         assert_eq!(issues_of(&Restrictions { allowed_customers: Some(&customers), ..Default::default() }), 1);

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use spendgate_engine::auth::identity::RAW_KEY_PREFIX;
 use spendgate_engine::auth::session::SessionAuth;
+use spendgate_engine::cloud_credentials::CloudCredential;
 use spendgate_engine::credentials;
 use spendgate_engine::db;
 use spendgate_engine::db::models::ProviderCredential;
@@ -25,10 +26,15 @@ pub const MAX_SECRET_CHARS: usize = 4096;
 /// Body of `POST /api/provider-credentials`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct StoreCredentialBody {
-    /// `openai`, `anthropic`, `gemini`, or a configured upstream's name.
+    /// `openai`, `anthropic`, `gemini`, `bedrock`, `vertex`, `azure`, or a configured
+    /// upstream's name.
     upstream: String,
     /// The provider's API key: 1-4096 visible ASCII characters, not a spendgate key.
-    secret: String,
+    /// For `bedrock`, `vertex` and `azure` a JSON object: `{ accessKeyId,
+    /// secretAccessKey, sessionToken?, region, endpoint? }` or `{ apiKey, region,
+    /// endpoint? }`; `{ serviceAccount, endpoint? }`; `{ apiKey, endpoint, deployments? }`.
+    #[schema(value_type = Object)]
+    secret: serde_json::Value,
     /// 1-50 characters after trimming; kept on rotation when absent.
     name: Option<String>,
 }
@@ -43,6 +49,11 @@ pub struct ProviderCredentialView {
     name: Option<String>,
     /// The secret's first characters (at most 8, at most a quarter of it).
     secret_prefix: String,
+    /// A cloud credential's parts that are not secret: access key id, region,
+    /// service-account email, endpoint, deployments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    details: Option<serde_json::Value>,
     created_at: String,
     updated_at: String,
 }
@@ -54,6 +65,7 @@ impl From<&ProviderCredential> for ProviderCredentialView {
             upstream: c.upstream.clone(),
             name: c.name.clone(),
             secret_prefix: c.secret_prefix.clone(),
+            details: c.details.as_deref().and_then(|d| serde_json::from_str(d).ok()),
             created_at: time::iso(c.created_at),
             updated_at: time::iso(c.updated_at),
         }
@@ -73,8 +85,16 @@ fn secret_key(state: &AppState) -> Result<&str, ApiError> {
     })
 }
 
-/// Checks a store body; returns the trimmed name.
-fn check_body(state: &AppState, body: &StoreCredentialBody) -> Result<Option<String>, ApiError> {
+/// A checked store body: the secret as stored, its prefix, its non-secret parts.
+struct Checked {
+    name: Option<String>,
+    secret: String,
+    prefix: String,
+    details: Option<String>,
+}
+
+/// Checks a store body.
+fn check_body(state: &AppState, body: &StoreCredentialBody) -> Result<Checked, ApiError> {
     let mut issues = Issues::new();
     if !credentials::is_credential_upstream(&state.config, &body.upstream) {
         issues.push(
@@ -82,19 +102,39 @@ fn check_body(state: &AppState, body: &StoreCredentialBody) -> Result<Option<Str
             format!("must be one of {}", state.config.configured_upstream_names().join(", ")),
         );
     }
-    let secret = &body.secret;
-    let visible = secret.bytes().all(|b| b.is_ascii_graphic());
-    if secret.is_empty() || secret.len() > MAX_SECRET_CHARS || !visible {
-        issues.push(&["secret"], "must be 1 to 4096 visible ASCII characters without spaces");
-    } else if secret.starts_with(RAW_KEY_PREFIX) {
-        issues.push(&["secret"], "is a spendgate API key; store the provider's own API key here");
-    }
+    let secret = if credentials::is_cloud_upstream(&state.config, &body.upstream) {
+        let cloud = CloudCredential::parse(&body.upstream, &body.secret, state.config.dev, &mut issues);
+        cloud.map(|c| {
+            (c.to_stored(), credentials::secret_prefix(c.secret_part()), Some(c.details().to_string()))
+        })
+    } else {
+        check_key(&body.secret, &mut issues).map(|k| (k.to_owned(), credentials::secret_prefix(k), None))
+    };
     let name = body.name.as_deref().map(|n| validate::trimmed_name(n, 1, MAX_NAME_CHARS));
     if matches!(name, Some(None)) {
         issues.push(&["name"], "must be 1 to 50 characters after trimming");
     }
     issues.finish()?;
-    Ok(name.flatten())
+    let (secret, prefix, details) = secret.ok_or_else(|| ApiError::internal("unchecked secret"))?;
+    Ok(Checked { name: name.flatten(), secret, prefix, details })
+}
+
+/// A provider API key: 1-4096 visible ASCII characters, not a spendgate key.
+fn check_key<'a>(secret: &'a serde_json::Value, issues: &mut Issues) -> Option<&'a str> {
+    let Some(secret) = secret.as_str() else {
+        issues.push(&["secret"], "must be a string: the provider's API key");
+        return None;
+    };
+    let visible = secret.bytes().all(|b| b.is_ascii_graphic());
+    if secret.is_empty() || secret.len() > MAX_SECRET_CHARS || !visible {
+        issues.push(&["secret"], "must be 1 to 4096 visible ASCII characters without spaces");
+        None
+    } else if secret.starts_with(RAW_KEY_PREFIX) {
+        issues.push(&["secret"], "is a spendgate API key; store the provider's own API key here");
+        None
+    } else {
+        Some(secret)
+    }
 }
 
 /// Lists the organization's stored credentials, masked.
@@ -132,19 +172,20 @@ pub async fn store_provider_credential(
 ) -> Result<HttpResponse, ApiError> {
     auth.require(Role::Admin)?;
     let body: StoreCredentialBody = super::keys::json_body(&req, payload).await?;
-    let name = check_body(&state, &body)?;
+    let checked = check_body(&state, &body)?;
     let key = secret_key(&state)?;
     let now = time::now_ms();
     let row = ProviderCredential {
         id: ids::new_id(),
         org_id: auth.org.id.clone(),
-        encrypted_secret: spendgate_engine::crypto::encrypt(key, &auth.org.id, &body.secret)
+        encrypted_secret: spendgate_engine::crypto::encrypt(key, &auth.org.id, &checked.secret)
             .map_err(ApiError::internal)?,
-        secret_prefix: credentials::secret_prefix(&body.secret),
+        secret_prefix: checked.prefix,
         upstream: body.upstream,
-        name,
+        name: checked.name,
         created_at: now,
         updated_at: now,
+        details: checked.details,
     };
     let (row, stored) = db::provider_credentials::store(&state.pool, row, &auth.user.id).await?;
     state.credentials.invalidate(&row.org_id, &row.upstream);

@@ -563,6 +563,9 @@ impl Config {
     pub fn configured_upstream_names(&self) -> Vec<&str> {
         ["openai", "anthropic", "gemini"]
             .into_iter()
+            // An operator-defined upstream of a cloud's name (configured before the
+            // clouds were built in) keeps the name, and its plain-key credential.
+            .chain(crate::cloud_credentials::CLOUDS.into_iter().filter(|c| self.upstream(c).is_none()))
             .chain(self.upstreams.iter().map(|u| u.name.as_str()))
             .collect()
     }
@@ -819,14 +822,20 @@ mod tests {
         .unwrap();
         let o = Overrides { config_file: Some(path.clone()), values: BTreeMap::new() };
         let c = Config::load_from(&o, &env(&[])).unwrap();
-        assert_eq!(c.configured_upstream_names(), ["openai", "anthropic", "gemini", "gw", "vllm"]);
+        assert_eq!(
+            c.configured_upstream_names(),
+            ["openai", "anthropic", "gemini", "bedrock", "vertex", "azure", "gw", "vllm"]
+        );
         assert_eq!(c.upstream("gw").unwrap().format, spendgate_llm::pricing::Provider::Anthropic);
         let c = Config::load_from(
             &o,
             &env(&[("SPENDGATE_UPSTREAMS", "name=or,format=openai,base_url=https://openrouter.ai/api")]),
         )
         .unwrap();
-        assert_eq!(c.configured_upstream_names(), ["openai", "anthropic", "gemini", "or"]);
+        assert_eq!(
+            c.configured_upstream_names(),
+            ["openai", "anthropic", "gemini", "bedrock", "vertex", "azure", "or"]
+        );
         let err = Config::load_from(
             &o,
             &env(&[("SPENDGATE_UPSTREAMS", "name=gemini,format=openai,base_url=http://x")]),

@@ -29,6 +29,12 @@ pub fn is_credential_upstream(config: &Config, name: &str) -> bool {
     config.configured_upstream_names().contains(&name)
 }
 
+/// Whether `name`'s credential is a cloud's JSON shape: a cloud's name that no
+/// operator-defined upstream took.
+pub fn is_cloud_upstream(config: &Config, name: &str) -> bool {
+    crate::cloud_credentials::is_cloud(name) && config.upstream(name).is_none()
+}
+
 /// The part of a secret shown in lists.
 pub fn secret_prefix(secret: &str) -> String {
     let keep = PREFIX_CHARS.min(secret.chars().count() / 4);

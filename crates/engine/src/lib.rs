@@ -13,6 +13,7 @@ pub mod binding_cache;
 pub mod budgets;
 pub mod changes;
 pub mod client_ip;
+pub mod cloud_credentials;
 pub mod config;
 pub mod credentials;
 pub mod crypto;

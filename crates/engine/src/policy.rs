@@ -19,6 +19,11 @@ use crate::state::AppState;
 use crate::util::{ids, time};
 use spendgate_llm::pricing::{ModelPrice, Provider};
 
+/// The providers the proxy serves routes for, which the document lists: Vertex AI's
+/// prices are in the table, but its routes are not served yet.
+const SERVED: [Provider; 5] =
+    [Provider::OpenAi, Provider::Anthropic, Provider::Google, Provider::Azure, Provider::Bedrock];
+
 /// The policy document of a key.
 pub async fn policy_of(state: &AppState, key: &KeyIdentity) -> Result<Value, ApiError> {
     let registry = state.budgets.registry();
@@ -49,7 +54,7 @@ pub async fn policy_of(state: &AppState, key: &KeyIdentity) -> Result<Value, Api
         })
     });
 
-    let providers: Vec<Provider> = Provider::ALL
+    let providers: Vec<Provider> = SERVED
         .into_iter()
         .filter(|p| key.allowed_providers.as_ref().is_none_or(|a| a.iter().any(|n| n == p.as_str())))
         .collect();

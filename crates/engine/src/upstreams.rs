@@ -56,6 +56,10 @@ pub fn format_name(format: Provider) -> &'static str {
         Provider::OpenAi => "openai",
         Provider::Anthropic => "anthropic",
         Provider::Google => "gemini",
+        // Never an operator-defined upstream's format (see `from_fields`).
+        Provider::Bedrock => "bedrock",
+        Provider::Vertex => "vertex",
+        Provider::Azure => "azure",
     }
 }
 

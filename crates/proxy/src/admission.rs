@@ -83,7 +83,8 @@ pub async fn admit(
     if let Some(v) = &headers.version {
         common.version.clone_from(v);
     }
-    let model = model_of(path_model, &summary)?;
+    let model = model_of(path_model, &summary, route.cloud_prefix().is_some())?;
+    let model = super::cloud::model_for(state, &key, route, model).await?;
     let mut effective_tags = key.default_tags.clone();
     effective_tags.extend(headers.tags.clone());
     effective_tags.retain(|k, _| !k.starts_with(RESERVED_TAG_PREFIX));
@@ -122,6 +123,9 @@ pub async fn admit(
         admitted.brings_own_credential,
     )
     .await?;
+    if let Some(base) = super::cloud::base(&admitted.credential) {
+        admitted.target.base = base;
+    }
     check_plan(state, &admitted).await?;
     Ok(admitted)
 }
@@ -185,10 +189,13 @@ fn summarize(route: Route, body: &[u8]) -> Result<RequestSummary, ApiError> {
     })
 }
 
-/// The model from the URL (Gemini) or the body: 1-200 characters, no control characters
-/// (it becomes the cost event's `model`, and a NUL cannot be stored on PostgreSQL).
-fn model_of(path_model: Option<String>, summary: &RequestSummary) -> Result<String, ApiError> {
+/// The model from the URL (Gemini, the clouds) or the body: 1-200 characters, no
+/// control characters (it becomes the cost event's `model`, and a NUL cannot be stored
+/// on PostgreSQL). A cloud's path goes upstream as it came (`cloud`), so its model need
+/// not form a URL segment (Bedrock's `…-v1:0`).
+fn model_of(path_model: Option<String>, summary: &RequestSummary, cloud: bool) -> Result<String, ApiError> {
     let model = match (path_model, &summary.model) {
+        (Some(m), _) if cloud && !m.is_empty() => m,
         (Some(m), _) => {
             if !is_path_model(&m) {
                 return Err(ApiError::invalid_field(

@@ -15,6 +15,7 @@ use actix_web::HttpRequest;
 
 use super::upstream::{self, Route};
 use spendgate_engine::auth::identity::{KeyIdentity, KEY_HEADER, RAW_KEY_PREFIX};
+use spendgate_engine::cloud_credentials::CloudCredential;
 use spendgate_engine::credentials::CredentialError;
 use spendgate_engine::error::{ApiError, ErrorCode};
 use spendgate_engine::state::AppState;
@@ -38,6 +39,9 @@ pub enum Credential {
     Stored(HeaderName, HeaderValue),
     /// None at all; the provider answers as it does to a call without a key.
     Absent,
+    /// The organization's stored cloud credential (`bedrock`, `vertex`, `azure`): its
+    /// endpoint and how calls to it are authenticated.
+    Cloud(Arc<CloudCredential>),
 }
 
 /// The headers that may carry the provider key in `provider`'s format.
@@ -46,6 +50,9 @@ const fn key_headers(provider: Provider) -> &'static [&'static str] {
         Provider::OpenAi => &["authorization"],
         Provider::Anthropic => &["x-api-key", "authorization"],
         Provider::Google => &["x-goog-api-key", "authorization"],
+        // `AzureOpenAI` sends its key as `api-key`.
+        Provider::Azure => &["api-key", "authorization"],
+        Provider::Bedrock | Provider::Vertex => &["authorization"],
     }
 }
 
@@ -77,6 +84,11 @@ fn spendgate_key_in_slot(provider: Provider, headers: &HeaderMap) -> Option<&str
 /// Whether the call brings a provider credential of its own: a provider key header
 /// that is not a spendgate key, or Gemini's `key` query parameter.
 pub fn brings_own(provider: Provider, headers: &HeaderMap, query: &str) -> bool {
+    if is_cloud(provider) {
+        // A cloud call always goes out with the stored credential: what the client
+        // brings is never forwarded.
+        return false;
+    }
     let in_headers = key_headers(provider).iter().any(|name| {
         headers.get(*name).is_some_and(|v| !v.as_bytes().is_empty() && !is_spendgate_key(name, v))
     });
@@ -129,6 +141,9 @@ pub async fn resolve(
     target: &upstream::Target,
     brings_own: bool,
 ) -> Result<Credential, ApiError> {
+    if is_cloud(route.provider()) {
+        return cloud(state, key, target).await;
+    }
     if brings_own && source == KeySource::ServiceHeader {
         return Ok(Credential::Client);
     }
@@ -144,6 +159,40 @@ pub async fn resolve(
             Err(no_stored_credential(target.name.as_deref().unwrap_or(&target.base)))
         }
     }
+}
+
+fn is_cloud(provider: Provider) -> bool {
+    matches!(provider, Provider::Bedrock | Provider::Vertex | Provider::Azure)
+}
+
+/// The stored cloud credential a cloud call must go out with (400 `invalid_upstream`
+/// when the organization stores none).
+async fn cloud(
+    state: &AppState,
+    key: &KeyIdentity,
+    target: &upstream::Target,
+) -> Result<Credential, ApiError> {
+    let name = target.name.as_deref().unwrap_or_default();
+    let Some(secret) = stored_secret(state, key, name).await? else {
+        return Err(no_stored_credential(name));
+    };
+    let parsed = CloudCredential::from_stored(name, &secret).ok_or_else(|| {
+        tracing::error!(upstream = name, "stored cloud credential unreadable");
+        ApiError::new(
+            ErrorCode::ServiceUnavailable,
+            format!("The stored {name} credential is unreadable; store it again"),
+        )
+    })?;
+    Ok(Credential::Cloud(Arc::new(parsed)))
+}
+
+/// The organization's stored cloud credential for `upstream`, if it has one.
+pub async fn stored_cloud(
+    state: &AppState,
+    key: &KeyIdentity,
+    upstream: &str,
+) -> Result<Option<CloudCredential>, ApiError> {
+    Ok(stored_secret(state, key, upstream).await?.and_then(|s| CloudCredential::from_stored(upstream, &s)))
 }
 
 async fn stored_secret(
@@ -170,6 +219,7 @@ fn stored_header(provider: Provider, secret: &str) -> Result<Credential, ApiErro
         Provider::OpenAi => ("authorization", format!("Bearer {secret}")),
         Provider::Anthropic => ("x-api-key", secret.to_owned()),
         Provider::Google => ("x-goog-api-key", secret.to_owned()),
+        cloud => return Err(ApiError::internal(format!("{} takes a cloud credential", cloud.as_str()))),
     };
     let mut value = HeaderValue::from_str(&text).map_err(ApiError::internal)?;
     value.set_sensitive(true);

@@ -78,8 +78,8 @@ fn standard_headers(
             out.push((HeaderName::from_static(name), v.clone()));
         }
     };
-    match route.provider() {
-        Provider::OpenAi => {
+    match route.wire() {
+        Provider::OpenAi | Provider::Azure => {
             copy("authorization", true);
             copy("openai-organization", false);
             copy("openai-project", false);
@@ -94,7 +94,7 @@ fn standard_headers(
                 .unwrap_or_else(|| HeaderValue::from_static("2023-06-01"));
             out.push((HeaderName::from_static("anthropic-version"), version));
         }
-        Provider::Google => {
+        Provider::Google | Provider::Bedrock | Provider::Vertex => {
             // The Google-style key: the native header, else `Authorization: Bearer <key>`.
             let native =
                 inbound.get("x-goog-api-key").filter(|v| !is_spendgate_key("x-goog-api-key", v)).cloned();
@@ -109,8 +109,10 @@ fn standard_headers(
             }
         }
     }
-    if let Credential::Stored(name, value) = credential {
-        out.push((name.clone(), value.clone()));
+    match credential {
+        Credential::Stored(name, value) => out.push((name.clone(), value.clone())),
+        Credential::Cloud(cloud) => out.extend(super::cloud::headers(cloud)),
+        Credential::Client | Credential::Absent => {}
     }
     if let Some(tp) = traceparent.and_then(|t| HeaderValue::from_str(t).ok()) {
         out.push((HeaderName::from_static("traceparent"), tp));
@@ -121,8 +123,9 @@ fn standard_headers(
     out
 }
 
-/// Whether an upstream response header is passed back to the client: the request id,
-/// every rate-limit header, `retry-after`, and the content type.
+/// Whether an upstream response header is passed back to the client: the request id
+/// (Bedrock's `x-amzn-requestid` too), every rate-limit header, `retry-after`, the
+/// content type, and Bedrock's `x-amzn-errortype`.
 pub fn passes_back(name: &HeaderName) -> bool {
     let n = name.as_str();
     n == "content-type"
@@ -131,6 +134,8 @@ pub fn passes_back(name: &HeaderName) -> bool {
         || n == "retry-after"
         || n.starts_with("x-ratelimit-")
         || n.starts_with("anthropic-ratelimit-")
+        || n == "x-amzn-requestid"
+        || n == "x-amzn-errortype"
 }
 
 #[cfg(test)]

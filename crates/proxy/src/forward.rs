@@ -1,5 +1,5 @@
 //! Forward, the stage that calls the provider: the request body as the client sent it
-//! (one exception: `stream_options.include_usage` added to an OpenAI chat-completions
+//! (one exception: `stream_options.include_usage` added to a chat-completions (OpenAI or Azure)
 //! stream that did not ask for usage), the route's forwarded headers, the upstream timeout, and one
 //! retry when a pooled keep-alive connection turned out closed before any answer.
 
@@ -10,7 +10,7 @@ use actix_web::HttpRequest;
 
 use super::admitted::Admitted;
 use super::crossing;
-use super::upstream::{self, Route};
+use super::upstream;
 use spendgate_engine::error::{ApiError, ErrorCode};
 use spendgate_engine::state::AppState;
 use spendgate_llm::usage;
@@ -42,12 +42,19 @@ pub async fn send(
 ) -> Result<Forwarded<impl UpstreamBody>, ApiError> {
     let provider = a.provider;
     // Chat completions only: the Responses API reports usage in its terminal event.
-    let wants_usage = a.route == Route::ChatCompletions && a.summary.stream && !a.summary.include_usage;
+    let wants_usage =
+        a.route.format() == usage::WireFormat::OpenAiChat && a.summary.stream && !a.summary.include_usage;
     let spliced =
         if wants_usage { usage::openai_add_include_usage(&a.body).map(bytes::Bytes::from) } else { None };
     let strip_usage = spliced.is_some();
     let body = spliced.unwrap_or_else(|| a.body.clone());
-    let url = upstream::url(&a.target.base, a.route, &a.model, req.query_string());
+    let url = match a.route.cloud_prefix() {
+        Some(prefix) => {
+            let tail = req.path().strip_prefix(prefix).unwrap_or_default();
+            upstream::cloud_url(&a.target.base, tail, req.query_string())
+        }
+        None => upstream::url(&a.target.base, a.route, &a.model, req.query_string()),
+    };
     let client = upstream::client(&state.config);
     let traceparent = super::trace::trace_of(req).traceparent;
     let forwarded = crossing::forwarded_headers(
@@ -57,12 +64,13 @@ pub async fn send(
         &a.credential,
         a.target.key_header.as_deref(),
     );
+    let signed = super::cloud::signed(&a.credential, &url, &body)?;
     let send = || {
         let mut request = client
             .post(&url)
             .insert_header((header::CONTENT_TYPE, "application/json"))
             .insert_header((header::ACCEPT_ENCODING, "identity"));
-        for (name, value) in &forwarded {
+        for (name, value) in forwarded.iter().chain(&signed) {
             request = request.insert_header((name.clone(), value.clone()));
         }
         request.send_body(body.clone())

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod admitted;
 pub mod builtin_tools;
 pub mod clamp;
+pub mod cloud;
 pub mod common;
 pub mod credential;
 pub mod crossing;
@@ -108,6 +109,20 @@ fn provider_routes(cfg: &mut web::ServiceConfig) {
         .route("/v1beta/models/{tail}", web::post().to(route::gemini));
 }
 
+/// The clouds' routes, their own paths under the cloud's prefix.
+fn cloud_routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/azure/openai/deployments/{deployment}/chat/completions", web::post().to(route::azure_chat))
+        .route("/azure/openai/deployments/{deployment}/responses", web::post().to(route::azure_responses))
+        .route("/azure/openai/deployments/{deployment}/embeddings", web::post().to(route::azure_embeddings))
+        .route("/azure/openai/v1/chat/completions", web::post().to(route::azure_chat))
+        .route("/azure/openai/v1/responses", web::post().to(route::azure_responses))
+        .route("/azure/openai/v1/embeddings", web::post().to(route::azure_embeddings))
+        .route("/bedrock/model/{model}/converse", web::post().to(route::bedrock))
+        .route("/bedrock/model/{model}/converse-stream", web::post().to(route::bedrock))
+        .route("/bedrock/model/{model}/invoke", web::post().to(route::bedrock))
+        .route("/bedrock/model/{model}/invoke-with-response-stream", web::post().to(route::bedrock));
+}
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("")
@@ -116,6 +131,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(internal::configure)
             .configure(provider_routes)
             .service(web::scope(route::UPSTREAM_PREFIX).configure(provider_routes))
+            .configure(cloud_routes)
             .route("/v1/policy", web::get().to(policy::get_policy))
             .route("/v1/mcp/budget/check", web::post().to(mcp::budget_check))
             .route("/v1/mcp/events", web::post().to(mcp::record_event))

@@ -109,6 +109,8 @@ enum Mode {
     Sse { parser: usage::SseParser, usage: StreamUsage },
     /// An event stream whose usage-only chunk is dropped (see the module docs).
     SseStripUsage { parser: usage::SseParser, usage: StreamUsage, frame: BytesMut },
+    /// An AWS event stream (Bedrock), its frames decoded as they pass.
+    AwsEvents { usage: usage::AwsEventUsage },
 }
 
 pub struct Metered<S> {
@@ -172,6 +174,14 @@ impl<S> Metered<S> {
         self
     }
 
+    /// The answer is an AWS event stream (`application/vnd.amazon.eventstream`): its
+    /// usage is read from the decoded frames, and no heartbeat goes in.
+    pub fn aws_event_stream(mut self) -> Self {
+        self.mode = Mode::AwsEvents { usage: usage::AwsEventUsage::new() };
+        self.heartbeat = None;
+        self
+    }
+
     fn keep_for_record(&mut self, chunk: &[u8]) {
         if let Some((buf, truncated)) = &mut self.record {
             let room = MAX_BODY_RECORD.saturating_sub(buf.len());
@@ -201,6 +211,10 @@ impl<S> Metered<S> {
                 if usage.complete() {
                     self.end_marker.as_ref().inspect(|f| f.store(true, Ordering::Release));
                 }
+                Some(chunk)
+            }
+            Mode::AwsEvents { usage } => {
+                usage.feed(&chunk);
                 Some(chunk)
             }
             Mode::SseStripUsage { parser, usage, frame } => {
@@ -268,6 +282,12 @@ impl<S> Metered<S> {
                 let builtin = usage.builtin_calls().to_vec();
                 (usage.finish(), id, model, reason, calls, builtin, None)
             }
+            Mode::AwsEvents { usage } => {
+                if end == End::Completed && !usage.complete() {
+                    end = End::Incomplete;
+                }
+                (usage.usage(), None, None, None, Vec::new(), Vec::new(), None)
+            }
         };
         let body = self.record.take();
         finish(Seen { end, usage, response_id, model, finish_reason, tool_calls, builtin_calls, body, json });
@@ -310,7 +330,12 @@ struct Details {
 fn json_details(format: WireFormat, body: &[u8]) -> Details {
     match format {
         WireFormat::OpenAiEmbeddings => {
-            Details { usage: usage::embeddings_usage(body), ..Details::default() }
+            // The answer names its model as a request does: a top-level `model`.
+            Details {
+                usage: usage::embeddings_usage(body),
+                model: usage::request_model(body),
+                ..Details::default()
+            }
         }
         // One typed parse for usage, id and tool calls: a whole body reads as one event.
         WireFormat::OpenAiChat | WireFormat::OpenAiResponses => {
@@ -325,6 +350,7 @@ fn json_details(format: WireFormat, body: &[u8]) -> Details {
                 builtin_calls: reader.builtin_calls().to_vec(),
             }
         }
+        WireFormat::BedrockConverse => Details { usage: usage::converse_usage(body), ..Details::default() },
         WireFormat::Anthropic | WireFormat::Gemini => {
             let ChatDetails { usage, id, model, finish_reason, tool_calls } = chat_details(format, body);
             Details { usage, id, model, finish_reason, tool_calls, builtin_calls: Vec::new() }

@@ -293,6 +293,168 @@ fn mcp_budget_check() {}
         (status = 429, description = "rate_limit_exceeded or a budget enforcement code, with X-Service-Denied: 1")))]
 fn mcp_events() {}
 
+/// Azure OpenAI chat completions on a deployment (`api-version` in the query). The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/deployments/{deployment}/chat/completions", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders, ("deployment" = String, Path, description = "The Azure deployment; the stored credential's `deployments` names its model")),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_deployment_chat() {}
+
+/// Azure OpenAI Responses on a deployment. The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/deployments/{deployment}/responses", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders, ("deployment" = String, Path, description = "The Azure deployment; the stored credential's `deployments` names its model")),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_deployment_responses() {}
+
+/// Azure OpenAI embeddings on a deployment. The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/deployments/{deployment}/embeddings", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders, ("deployment" = String, Path, description = "The Azure deployment; the stored credential's `deployments` names its model")),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_deployment_embeddings() {}
+
+/// Azure OpenAI chat completions, v1 path (the deployment in `model`). The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/v1/chat/completions", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_v1_chat() {}
+
+/// Azure OpenAI Responses, v1 path. The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/v1/responses", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_v1_responses() {}
+
+/// Azure OpenAI embeddings, v1 path. The spendgate key in `api-key`, `Authorization: Bearer` or
+/// `X-Service-Key`; forwarded to the stored `azure` credential's endpoint with its key
+/// in `api-key`; priced by the model the answer names, else the deployment's model.
+#[utoipa::path(post, path = "/azure/openai/v1/embeddings", tag = "proxy",
+    security(("serviceKey" = [])), params(ProxyHeaders),
+    request_body(content = ProviderBody, description = "The OpenAI-format request, passed through"),
+    responses(
+        (status = 200, description = "Azure's answer (JSON, or `text/event-stream` when streaming)",
+            content((ProviderBody = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no azure credential \
+            is stored), or Azure's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Azure's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn azure_v1_embeddings() {}
+
+/// Amazon Bedrock Converse (JSON). The spendgate key as a Bedrock API key (`Authorization: Bearer`) or in
+/// `X-Service-Key` (the client's own signature is dropped); forwarded to the stored
+/// `bedrock` credential's endpoint (else the region's runtime endpoint), signed with
+/// SigV4 from its access key pair or with its API key; priced by the model id
+/// (cross-region profiles priced apart where Bedrock does; an ARN names its id).
+#[utoipa::path(post, path = "/bedrock/model/{model}/converse", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(ProxyHeaders, ("model" = String, Path, description = "A Bedrock model id, inference profile or URL-encoded ARN")),
+    request_body(content = ProviderBody, description = "The Bedrock request, passed through"),
+    responses(
+        (status = 200, description = "Bedrock's answer", body = ProviderBody),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no bedrock credential \
+            is stored), or Bedrock's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Bedrock's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn bedrock_converse() {}
+
+/// Amazon Bedrock InvokeModel (JSON): Anthropic's messages for a Claude model, Converse's shape for Amazon Nova. The spendgate key as a Bedrock API key (`Authorization: Bearer`) or in
+/// `X-Service-Key` (the client's own signature is dropped); forwarded to the stored
+/// `bedrock` credential's endpoint (else the region's runtime endpoint), signed with
+/// SigV4 from its access key pair or with its API key; priced by the model id
+/// (cross-region profiles priced apart where Bedrock does; an ARN names its id).
+#[utoipa::path(post, path = "/bedrock/model/{model}/invoke", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(ProxyHeaders, ("model" = String, Path, description = "A Bedrock model id, inference profile or URL-encoded ARN")),
+    request_body(content = ProviderBody, description = "The Bedrock request, passed through"),
+    responses(
+        (status = 200, description = "Bedrock's answer", body = ProviderBody),
+        (status = "4XX", description = "Our errors in the envelope (invalid_upstream when no bedrock credential \
+            is stored), or Bedrock's own error passed through", content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Bedrock's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn bedrock_invoke() {}
+
+/// Amazon Bedrock ConverseStream (an AWS event stream, passed through; usage from its metadata event). Authenticated, signed and priced as `/converse`; a stream cut before its
+/// usage is charged the estimate.
+#[utoipa::path(post, path = "/bedrock/model/{model}/converse-stream", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(ProxyHeaders, ("model" = String, Path, description = "A Bedrock model id, inference profile or URL-encoded ARN")),
+    request_body(content = ProviderBody, description = "The Bedrock request, passed through"),
+    responses(
+        (status = 200, description = "Bedrock's event stream", content((String = "application/vnd.amazon.eventstream"))),
+        (status = "4XX", description = "Our errors in the envelope, or Bedrock's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Bedrock's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn bedrock_converse_stream() {}
+
+/// Amazon Bedrock InvokeModelWithResponseStream (an AWS event stream, passed through; usage from the last chunk's invocation metrics). Authenticated, signed and priced as `/converse`; a stream cut before its
+/// usage is charged the estimate.
+#[utoipa::path(post, path = "/bedrock/model/{model}/invoke-with-response-stream", tag = "proxy",
+    security(("serviceKey" = [])),
+    params(ProxyHeaders, ("model" = String, Path, description = "A Bedrock model id, inference profile or URL-encoded ARN")),
+    request_body(content = ProviderBody, description = "The Bedrock request, passed through"),
+    responses(
+        (status = 200, description = "Bedrock's event stream", content((String = "application/vnd.amazon.eventstream"))),
+        (status = "4XX", description = "Our errors in the envelope, or Bedrock's own error passed through",
+            content((ProviderBody = "application/json"))),
+        (status = "5XX", description = "upstream_error, upstream_timeout, service_unavailable, or Bedrock's own \
+            server error passed through", content((ProviderBody = "application/json"))),
+    ))]
+fn bedrock_invoke_stream() {}
+
 /// One MCP message (JSON-RPC request, notification or response) to the organization's
 /// MCP server `name`, over MCP's streamable HTTP transport; `tools/call` is priced and
 /// charged to the budgets, `tools/list` shows only the key's `allowedTools`.
@@ -337,6 +499,16 @@ fn mcp_gateway_delete() {}
     messages,
     gemini_generate,
     gemini_stream,
+    azure_deployment_chat,
+    azure_deployment_responses,
+    azure_deployment_embeddings,
+    azure_v1_chat,
+    azure_v1_responses,
+    azure_v1_embeddings,
+    bedrock_converse,
+    bedrock_invoke,
+    bedrock_converse_stream,
+    bedrock_invoke_stream,
     mcp_budget_check,
     mcp_events,
     mcp_gateway_post,

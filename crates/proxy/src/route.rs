@@ -63,6 +63,51 @@ pub async fn messages(req: HttpRequest, body: web::Payload, state: web::Data<App
     handle(req, body, state, Route::Messages, None).await
 }
 
+/// Azure OpenAI chat completions: `/azure/openai/deployments/{deployment}/chat/completions`
+/// (the deployment stands for the model) and `/azure/openai/v1/chat/completions`.
+pub async fn azure_chat(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    let deployment = req.match_info().get("deployment").map(str::to_owned);
+    handle(req, body, state, Route::AzureChat, deployment).await
+}
+
+/// Azure OpenAI Responses, deployment or v1 path.
+pub async fn azure_responses(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let deployment = req.match_info().get("deployment").map(str::to_owned);
+    handle(req, body, state, Route::AzureResponses, deployment).await
+}
+
+/// Azure OpenAI embeddings, deployment or v1 path.
+pub async fn azure_embeddings(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let deployment = req.match_info().get("deployment").map(str::to_owned);
+    handle(req, body, state, Route::AzureEmbeddings, deployment).await
+}
+
+/// Amazon Bedrock: `/bedrock/model/{modelId}/converse`, `/converse-stream`, `/invoke`
+/// and `/invoke-with-response-stream` (Anthropic's messages for a Claude model,
+/// Converse's shape for Amazon Nova). The model is the path's id, an ARN reduced to the
+/// id it names. A streamed answer is an AWS event stream, told by its content type.
+pub async fn bedrock(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    let raw = req.match_info().get("model").unwrap_or_default();
+    let model = spendgate_llm::usage::bedrock_model(raw);
+    let path = req.path();
+    let route = if path.ends_with("/converse") || path.ends_with("/converse-stream") {
+        Route::BedrockConverse
+    } else if spendgate_llm::usage::invokes_anthropic(&model) {
+        Route::BedrockInvokeAnthropic
+    } else {
+        Route::BedrockInvoke
+    };
+    handle(req, body, state, route, Some(model)).await
+}
+
 /// The path prefix of an operator-defined upstream (`{upstream}` is its name).
 pub const UPSTREAM_PREFIX: &str = "/upstreams/{upstream}";
 
@@ -194,7 +239,8 @@ async fn proxy(
         return Ok(builder.streaming(response));
     }
     let sse = is_event_stream(&response);
-    let length = passed_length(&response, sse);
+    let aws_events = is_aws_event_stream(&response);
+    let length = passed_length(&response, sse || aws_events);
     let record_bodies = admitted.key.plan.is_paid();
     // Content capture (opt-in) needs the answer's bytes whatever the plan.
     let keep_answer = record_bodies || state.telemetry.as_ref().is_some_and(|t| t.capture_content);
@@ -216,6 +262,7 @@ async fn proxy(
     let finish = Box::new(move |seen: Seen| settlement.spawn(seen));
     let metered =
         Metered::new(response, format, sse, strip_usage, keep_answer, state.config.upstream_timeout, finish);
+    let metered = if aws_events { metered.aws_event_stream() } else { metered };
     let Some(rx) = durable else {
         return Ok(match length {
             Some(length) => builder.body(SizedStream::new(length, metered)),
@@ -361,6 +408,15 @@ fn is_event_stream<S>(response: &awc::ClientResponse<S>) -> bool {
         .get(actix_web::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.starts_with("text/event-stream"))
+}
+
+/// Bedrock's streamed answers: AWS event streams.
+fn is_aws_event_stream<S>(response: &awc::ClientResponse<S>) -> bool {
+    response
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/vnd.amazon.eventstream"))
 }
 
 /// Milliseconds with microsecond precision, for `Server-Timing` and the overhead header.

@@ -233,7 +233,8 @@ impl Settlement {
                 key: &a.key,
                 request_id: a.headers.request_id.clone(),
                 provider: a.event_provider().to_owned(),
-                model: a.model.clone(),
+                model: super::cloud::answer_price(&self.state, a, seen)
+                    .map_or_else(|| a.model.clone(), |(m, _)| m),
                 source: "proxy",
                 event_type: "llm",
                 tags,
@@ -280,11 +281,12 @@ impl Settlement {
 /// The rules in the module documentation. A model the table does not know is also
 /// noted (a warning and a metric the first time), and tagged whatever else happened.
 fn charge(state: &AppState, a: &Admitted, estimate: i64, seen: &Seen) -> Charge {
-    let unknown = a.price.is_none();
+    let answered = super::cloud::answer_price(state, a, seen).map(|(_, p)| p);
+    let unknown = a.price.is_none() && answered.is_none();
     if unknown {
         state.unpriced.note(a.event_provider(), &a.model);
     }
-    let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.event_provider()));
+    let price = answered.or(a.price).unwrap_or_else(|| state.pricing.fallback_price(a.event_provider()));
     let priced = |u: Usage| {
         let b = pricing::cost(&price, &u);
         (b.total, b)

@@ -20,9 +20,16 @@ use spendgate_llm::pricing::Provider;
 /// `gen_ai.operation.name` of a route.
 pub fn operation(route: Route) -> &'static str {
     match route {
-        Route::ChatCompletions | Route::Responses | Route::Messages => "chat",
+        Route::ChatCompletions
+        | Route::Responses
+        | Route::Messages
+        | Route::AzureChat
+        | Route::AzureResponses
+        | Route::BedrockConverse
+        | Route::BedrockInvoke
+        | Route::BedrockInvokeAnthropic => "chat",
         Route::GenerateContent | Route::StreamGenerateContent => "generate_content",
-        Route::Embeddings => "embeddings",
+        Route::Embeddings | Route::AzureEmbeddings => "embeddings",
     }
 }
 
@@ -32,6 +39,9 @@ pub fn provider(route: Route) -> &'static str {
         Provider::OpenAi => "openai",
         Provider::Anthropic => "anthropic",
         Provider::Google => "gcp.gemini",
+        Provider::Bedrock => "aws.bedrock",
+        Provider::Vertex => "gcp.vertex_ai",
+        Provider::Azure => "azure.ai.openai",
     }
 }
 

@@ -21,22 +21,61 @@ pub enum Route {
     Messages,
     GenerateContent,
     StreamGenerateContent,
+    /// Azure OpenAI chat completions (deployment or v1 path, under `/azure`).
+    AzureChat,
+    /// Azure OpenAI Responses.
+    AzureResponses,
+    /// Azure OpenAI embeddings.
+    AzureEmbeddings,
+    /// Amazon Bedrock `/model/{modelId}/converse`.
+    BedrockConverse,
+    /// Bedrock `/model/{modelId}/invoke` of a model whose body has Converse's shape
+    /// (Amazon Nova).
+    BedrockInvoke,
+    /// Bedrock `/model/{modelId}/invoke` of a Claude model: Anthropic's messages.
+    BedrockInvokeAnthropic,
 }
 
 impl Route {
+    /// The provider the call is priced and recorded as.
     pub const fn provider(self) -> Provider {
         match self {
             Route::ChatCompletions | Route::Responses | Route::Embeddings => Provider::OpenAi,
             Route::Messages => Provider::Anthropic,
             Route::GenerateContent | Route::StreamGenerateContent => Provider::Google,
+            Route::AzureChat | Route::AzureResponses | Route::AzureEmbeddings => Provider::Azure,
+            Route::BedrockConverse | Route::BedrockInvoke | Route::BedrockInvokeAnthropic => {
+                Provider::Bedrock
+            }
+        }
+    }
+
+    /// The provider whose clients' header conventions the route follows (where a key
+    /// may sit, which headers are forwarded).
+    pub const fn wire(self) -> Provider {
+        match self.provider() {
+            Provider::Azure => Provider::OpenAi,
+            other => other,
+        }
+    }
+
+    /// A cloud route's mount point: the cloud's own path follows it unchanged, and
+    /// goes upstream as it came.
+    pub const fn cloud_prefix(self) -> Option<&'static str> {
+        match self.provider() {
+            Provider::Azure => Some("/azure"),
+            Provider::Bedrock => Some("/bedrock"),
+            _ => None,
         }
     }
 
     /// How the route's requests and answers are read.
     pub const fn format(self) -> WireFormat {
         match self {
-            Route::Responses => WireFormat::OpenAiResponses,
-            Route::Embeddings => WireFormat::OpenAiEmbeddings,
+            Route::Responses | Route::AzureResponses => WireFormat::OpenAiResponses,
+            Route::Embeddings | Route::AzureEmbeddings => WireFormat::OpenAiEmbeddings,
+            Route::BedrockConverse | Route::BedrockInvoke => WireFormat::BedrockConverse,
+            Route::BedrockInvokeAnthropic => WireFormat::Anthropic,
             other => WireFormat::of(other.provider()),
         }
     }
@@ -96,6 +135,8 @@ impl Target {
             Provider::OpenAi => ("openai", config.upstream_openai.as_str()),
             Provider::Anthropic => ("anthropic", config.upstream_anthropic.as_str()),
             Provider::Google => ("gemini", config.upstream_gemini.as_str()),
+            // A cloud's base is its stored credential's endpoint, set once resolved.
+            cloud => (cloud.as_str(), ""),
         };
         Target {
             name: Some(name.to_owned()),
@@ -129,6 +170,14 @@ pub fn target(
 ) -> Result<Target, TargetError> {
     let format = route.provider();
     let wanted = requested.map(|r| r.trim_end_matches('/'));
+    if route.cloud_prefix().is_some() {
+        // A cloud call goes to the stored credential's endpoint only.
+        return match (path_name, wanted) {
+            (Some(_), _) => Err(TargetError::UnknownName),
+            (None, Some(_)) => Err(TargetError::NotAllowed),
+            (None, None) => Ok(Target::builtin(config, route)),
+        };
+    }
     if let Some(name) = path_name {
         let upstream =
             config.upstream(name).filter(|u| u.format == format).ok_or(TargetError::UnknownName)?;
@@ -166,6 +215,7 @@ pub fn base_url<'a>(
         Provider::OpenAi => config.upstream_openai.as_str(),
         Provider::Anthropic => config.upstream_anthropic.as_str(),
         Provider::Google => config.upstream_gemini.as_str(),
+        _ => return Err(NotAllowed),
     };
     let Some(requested) = requested else { return Ok(configured.trim_end_matches('/')) };
     let wanted = requested.trim_end_matches('/');
@@ -182,10 +232,23 @@ pub fn base_url<'a>(
     }
 }
 
+/// A cloud route's upstream URL: base + the cloud's path as the client sent it
+/// (still percent-encoded) + query.
+pub fn cloud_url(base: &str, tail: &str, query: &str) -> String {
+    join_query(format!("{base}{tail}"), query)
+}
+
 /// The upstream URL: base + the route's own path (+ query; `alt=sse` on the Gemini
 /// streaming route).
 pub fn url(base: &str, route: Route, model: &str, query: &str) -> String {
     match route {
+        // Cloud routes go by `cloud_url`; the base alone stands for them here.
+        Route::AzureChat
+        | Route::AzureResponses
+        | Route::AzureEmbeddings
+        | Route::BedrockConverse
+        | Route::BedrockInvoke
+        | Route::BedrockInvokeAnthropic => join_query(base.to_owned(), query),
         Route::ChatCompletions => join_query(format!("{base}/v1/chat/completions"), query),
         Route::Responses => join_query(format!("{base}/v1/responses"), query),
         Route::Embeddings => join_query(format!("{base}/v1/embeddings"), query),

@@ -350,6 +350,8 @@ pub struct ProviderCredential {
     pub secret_prefix: String,
     pub created_at: i64,
     pub updated_at: i64,
+    /// A cloud credential's non-secret parts (JSON), shown in lists.
+    pub details: Option<String>,
 }
 
 /// An MCP server of an organization; its headers stay encrypted here.

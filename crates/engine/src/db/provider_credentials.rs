@@ -69,6 +69,7 @@ pub async fn store(
             .set((
                 provider_credentials::encrypted_secret.eq(&new.encrypted_secret),
                 provider_credentials::secret_prefix.eq(&new.secret_prefix),
+                provider_credentials::details.eq(&new.details),
                 provider_credentials::name.eq(diesel::dsl::sql::<
                     diesel::sql_types::Nullable<diesel::sql_types::Text>,
                 >(

@@ -222,6 +222,7 @@ diesel::table! {
         secret_prefix -> Text,
         created_at -> BigInt,
         updated_at -> BigInt,
+        details -> Nullable<Text>,
     }
 }
 

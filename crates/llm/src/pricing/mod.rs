@@ -55,6 +55,9 @@ pub use table::{PricingError, PricingTable};
 /// Prices are quoted per this many tokens.
 pub(crate) const TOKENS_PER_PRICE_UNIT: i128 = 1_000_000;
 
+/// How many providers there are (the length of [`Provider::ALL`]).
+pub const PROVIDERS: usize = 6;
+
 /// The model providers the proxy routes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Provider {
@@ -64,24 +67,32 @@ pub enum Provider {
     Anthropic,
     /// Generative content (`/v1beta/models/{model}:generateContent`).
     Google,
+    /// Amazon Bedrock's runtime API (Converse, and InvokeModel in the model's format).
+    Bedrock,
+    /// Google Vertex AI (Gemini and Anthropic models under `publishers/`).
+    Vertex,
+    /// Azure OpenAI (deployment and v1 paths, the OpenAI formats).
+    Azure,
 }
 
 impl Provider {
     /// Every provider, in table order.
-    pub const ALL: [Provider; 3] = [Provider::OpenAi, Provider::Anthropic, Provider::Google];
+    pub const ALL: [Provider; PROVIDERS] = [
+        Provider::OpenAi,
+        Provider::Anthropic,
+        Provider::Google,
+        Provider::Bedrock,
+        Provider::Vertex,
+        Provider::Azure,
+    ];
 
-    /// Parses a provider name: `openai`, `anthropic`, and `google` or its alias `gemini`,
-    /// ignoring ASCII case. Never allocates.
+    /// Parses a provider name: `openai`, `anthropic`, `google` or its alias `gemini`,
+    /// `bedrock`, `vertex`, `azure`, ignoring ASCII case. Never allocates.
     pub fn from_name(name: &str) -> Option<Self> {
-        if name.eq_ignore_ascii_case("openai") {
-            Some(Provider::OpenAi)
-        } else if name.eq_ignore_ascii_case("anthropic") {
-            Some(Provider::Anthropic)
-        } else if name.eq_ignore_ascii_case("google") || name.eq_ignore_ascii_case("gemini") {
-            Some(Provider::Google)
-        } else {
-            None
+        if name.eq_ignore_ascii_case("gemini") {
+            return Some(Provider::Google);
         }
+        Provider::ALL.into_iter().find(|p| name.eq_ignore_ascii_case(p.as_str()))
     }
 
     /// The canonical name, as used in table keys and cost events.
@@ -90,6 +101,9 @@ impl Provider {
             Provider::OpenAi => "openai",
             Provider::Anthropic => "anthropic",
             Provider::Google => "google",
+            Provider::Bedrock => "bedrock",
+            Provider::Vertex => "vertex",
+            Provider::Azure => "azure",
         }
     }
 
@@ -98,6 +112,9 @@ impl Provider {
             Provider::OpenAi => 0,
             Provider::Anthropic => 1,
             Provider::Google => 2,
+            Provider::Bedrock => 3,
+            Provider::Vertex => 4,
+            Provider::Azure => 5,
         }
     }
 }

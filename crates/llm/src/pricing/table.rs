@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 #[cfg(test)]
 use super::DEFAULT_LONG_CONTEXT_THRESHOLD;
-use super::{ModelPrice, Provider};
+use super::{ModelPrice, Provider, PROVIDERS};
 
 /// The table shipped with the binary. `PricingTable::builtin` parses it; a unit test makes
 /// sure it always does.
@@ -21,7 +21,7 @@ pub enum PricingError {
     #[error("pricing table is not valid: {0}")]
     Json(#[from] serde_json::Error),
     /// A key is not `provider/model` with a known provider and a non-empty model.
-    #[error("pricing key {0:?} is not \"provider/model\" with provider openai, anthropic, google or a configured upstream's name")]
+    #[error("pricing key {0:?} is not \"provider/model\" with provider openai, anthropic, google, bedrock, vertex, azure or a configured upstream's name")]
     BadKey(String),
     /// Two keys name the same model once normalised (`gemini/x` and `google/x`).
     #[error("pricing key {0:?} names a model that is already in the table")]
@@ -50,18 +50,18 @@ struct PricingDocument {
 pub struct PricingTable {
     /// One map per provider (indexed by `Provider::index`), so that a lookup needs no
     /// `provider/model` key to be built.
-    models: [HashMap<Box<str>, ModelPrice>; 3],
+    models: [HashMap<Box<str>, ModelPrice>; PROVIDERS],
     /// The operator-defined upstreams' models, by upstream name (from the operator's
     /// pricing file only: the shipped table prices none of them).
     named: HashMap<Box<str>, HashMap<Box<str>, ModelPrice>>,
     /// Conservative prices for unknown models, per provider, recomputed on every change.
-    fallback: [ModelPrice; 3],
+    fallback: [ModelPrice; PROVIDERS],
     /// Fallback for an unknown provider: the maximum over all providers.
     fallback_any: ModelPrice,
     /// When the built-in prices were last checked (`YYYY-MM-DD`), from the document.
     checked_at: Option<String>,
     /// µ$ per call of a provider-run tool, per provider, by output item type.
-    builtin_tools: [HashMap<Box<str>, i64>; 3],
+    builtin_tools: [HashMap<Box<str>, i64>; PROVIDERS],
 }
 
 impl PricingTable {
@@ -95,12 +95,12 @@ impl PricingTable {
     pub fn from_json_with(json: &str, named: &[(&str, Provider)]) -> Result<Self, PricingError> {
         let document: PricingDocument = serde_json::from_str(json)?;
         let mut table = PricingTable {
-            models: [HashMap::new(), HashMap::new(), HashMap::new()],
+            models: std::array::from_fn(|_| HashMap::new()),
             named: HashMap::new(),
-            fallback: [ModelPrice::new(0, 0); 3],
+            fallback: [ModelPrice::new(0, 0); PROVIDERS],
             fallback_any: ModelPrice::new(0, 0),
             checked_at: document.checked_at,
-            builtin_tools: [HashMap::new(), HashMap::new(), HashMap::new()],
+            builtin_tools: std::array::from_fn(|_| HashMap::new()),
         };
         for (key, price) in document.builtin_tools {
             // Built-in tools are the built-in providers' own: no upstream names here.

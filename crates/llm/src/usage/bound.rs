@@ -43,7 +43,8 @@ pub fn set_output_bound(format: WireFormat, body: &[u8], model: &str, n: u32) ->
             set_member(body, b"max_tokens", &value)
         }
         WireFormat::Gemini => gemini(body, &value),
-        WireFormat::OpenAiEmbeddings => None,
+        // Not spliced (yet): an exact ceiling cannot clamp a Converse call.
+        WireFormat::OpenAiEmbeddings | WireFormat::BedrockConverse => None,
     };
     match spliced.filter(|out| bound_of(format, out) == Some(u64::from(n))) {
         Some(out) => Clamp::Body(out),
@@ -173,7 +174,7 @@ fn bound_of(format: WireFormat, body: &[u8]) -> Option<u64> {
         WireFormat::Gemini => {
             serde_json::from_slice::<GeminiBound>(body).ok()?.generation_config?.max_output_tokens
         }
-        WireFormat::OpenAiEmbeddings => None,
+        WireFormat::OpenAiEmbeddings | WireFormat::BedrockConverse => None,
     }
 }
 
@@ -225,7 +226,7 @@ pub fn unbounded_part(format: WireFormat, body: &[u8]) -> Option<String> {
                 o.keys().find(|k| !matches!(k.as_str(), "functionDeclarations" | "function_declarations"))
             })
             .cloned(),
-        WireFormat::OpenAiChat | WireFormat::OpenAiEmbeddings => None,
+        WireFormat::OpenAiChat | WireFormat::OpenAiEmbeddings | WireFormat::BedrockConverse => None,
     };
     if let Some(tool) = tools.into_iter().flatten().find_map(provider_run) {
         return Some(format!("a provider-run tool ({tool})"));

@@ -25,6 +25,7 @@ fn format_of(folder: &str) -> WireFormat {
         "openai-embeddings" => WireFormat::OpenAiEmbeddings,
         "anthropic" => WireFormat::Anthropic,
         "gemini" => WireFormat::Gemini,
+        "bedrock-converse" => WireFormat::BedrockConverse,
         other => panic!("fixtures/answers/{other}: no wire format of that name"),
     }
 }
@@ -36,6 +37,7 @@ fn body_usage(format: WireFormat, body: &[u8]) -> Option<Usage> {
         WireFormat::OpenAiEmbeddings => embeddings_usage(body),
         WireFormat::Anthropic => anthropic_usage(body),
         WireFormat::Gemini => gemini_usage(body),
+        WireFormat::BedrockConverse => converse_usage(body),
         WireFormat::OpenAiResponses => {
             let mut reader = StreamUsage::of_format(format);
             reader.on_event(body);

@@ -8,6 +8,8 @@
 //! and strings are borrowed from the input unless they contain escapes.
 
 mod anthropic;
+mod aws_events;
+mod bedrock;
 mod bound;
 mod gemini;
 #[cfg(test)]
@@ -26,6 +28,8 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 pub use anthropic::{anthropic_usage, AnthropicStreamUsage};
+pub use aws_events::AwsEventUsage;
+pub use bedrock::{bedrock_model, converse_usage, invokes_anthropic};
 pub use bound::{set_output_bound, unbounded_part, Clamp};
 pub use gemini::{gemini_usage, GeminiStreamUsage};
 pub use openai::{is_openai_usage_only_chunk, openai_usage, OpenAiStreamUsage};
@@ -50,15 +54,19 @@ pub enum WireFormat {
     OpenAiEmbeddings,
     Anthropic,
     Gemini,
+    /// Amazon Bedrock's Converse API, and Amazon Nova's InvokeModel body of the same
+    /// shape (`inferenceConfig.maxTokens`; usage `inputTokens`, `outputTokens`, ...).
+    BedrockConverse,
 }
 
 impl WireFormat {
     /// The main format of a provider.
     pub const fn of(provider: Provider) -> Self {
         match provider {
-            Provider::OpenAi => WireFormat::OpenAiChat,
-            Provider::Anthropic => WireFormat::Anthropic,
-            Provider::Google => WireFormat::Gemini,
+            Provider::OpenAi | Provider::Azure => WireFormat::OpenAiChat,
+            // Bedrock's InvokeModel and Vertex's rawPredict carry Anthropic's messages.
+            Provider::Anthropic | Provider::Bedrock => WireFormat::Anthropic,
+            Provider::Google | Provider::Vertex => WireFormat::Gemini,
         }
     }
 }
@@ -213,6 +221,10 @@ impl StreamUsage {
             WireFormat::OpenAiResponses => StreamUsage::Responses(ResponsesUsage::new()),
             WireFormat::Anthropic => StreamUsage::Anthropic(AnthropicStreamUsage::new()),
             WireFormat::Gemini => StreamUsage::Google(GeminiStreamUsage::new()),
+            // Converse streams are AWS event streams, never server-sent events: this
+            // reader is never fed, and a Converse answer is read whole
+            // (`converse_usage`).
+            WireFormat::BedrockConverse => StreamUsage::OpenAi(OpenAiStreamUsage::new()),
         }
     }
 

@@ -82,6 +82,19 @@ struct GeminiGenerationConfig {
     max_output_tokens: Option<u64>,
 }
 
+/// A Converse (or Nova InvokeModel) request: its output bound.
+#[derive(Deserialize)]
+struct ConverseRequest {
+    #[serde(rename = "inferenceConfig")]
+    inference_config: Option<ConverseInference>,
+}
+
+#[derive(Deserialize)]
+struct ConverseInference {
+    #[serde(rename = "maxTokens")]
+    max_tokens: Option<u64>,
+}
+
 fn saturate_u32(value: u64) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
 }
@@ -132,6 +145,13 @@ pub fn request_summary_in(format: WireFormat, body: &[u8]) -> Option<RequestSumm
                 model: text(request.model),
                 max_output_tokens: request.max_tokens.map(saturate_u32),
                 stream: request.stream == Some(true),
+                ..RequestSummary::default()
+            }
+        }
+        WireFormat::BedrockConverse => {
+            let request: ConverseRequest = serde_json::from_slice(body).ok()?;
+            RequestSummary {
+                max_output_tokens: request.inference_config.and_then(|c| c.max_tokens).map(saturate_u32),
                 ..RequestSummary::default()
             }
         }
