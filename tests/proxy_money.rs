@@ -203,6 +203,31 @@ async fn a_client_gone_before_the_answer_is_settled_at_once() {
     }
 }
 
+/// A short prompt is bounded at the prices it can reach: not the long-context tier
+/// (200,000 tokens away) nor a cache write it does not ask for. Claude Sonnet 4.5, a
+/// 135-byte body (+64) and 17 output tokens: 199 × $3 + 17 × $15 = 857 µ$ with the
+/// slack, where the tier's $6 / $22.50 made it 1,582. The same call with a
+/// `cache_control` block may be billed the 1-hour write ($6): 1,628 µ$ for its 228
+/// bytes. A 1,000 µ$ budget admits the first and refuses the second.
+#[tokio::test]
+async fn a_short_prompt_is_bounded_at_the_prices_it_can_reach() {
+    let s = setup().await;
+    s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 1_000,
+        "policy": "strict_block" }))
+        .await;
+    let cached = json!({ "model": "claude-sonnet-4-5", "max_tokens": 17,
+        "system": [{ "type": "text", "text": "x", "cache_control": { "type": "ephemeral" } }],
+        "messages": [{ "role": "user", "content": "hi" }] });
+    let r = s.send("/v1/messages", &cached, &[]).await;
+    assert_eq!((r.status, r.code()), (429, "budget_exceeded"), "{r:?}");
+    assert_eq!(r.body["error"]["details"]["reserved_microdollars"], 1_628, "{r:?}");
+    let plain = json!({ "model": "claude-sonnet-4-5", "max_tokens": 17,
+        "messages": [{ "role": "user", "content": "Say hi" }], "mock": { "usage": { "input": 20, "output": 17 } } });
+    let r = s.send("/v1/messages", &plain, &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(s.events(1).await[0]["costMicrodollars"], 20 * 3 + 17 * 15);
+}
+
 /// A tool call that costs nothing fits a strict budget that just refused a priced one
 /// (on PostgreSQL the budget's lease has no room left, and a free call must not ask it
 /// for any).

@@ -4,8 +4,9 @@
 //! bound the estimate can rely on).
 //!
 //! The bound (see [`Bound`]): no more prompt tokens than the prompt has bytes,
-//! each at the highest price a prompt token can be charged, and output at the highest
-//! output price, reasoning included. A call an `exactCeiling` budget admitted goes out
+//! each at the highest price such a prompt can reach (the long-context tier only above
+//! its threshold, a cache write's price only when the body can cause one), and output
+//! at the highest output price of that tier, reasoning included. A call an `exactCeiling` budget admitted goes out
 //! with an output bound of the most tokens its grant pays for after that prompt, so its
 //! settled cost cannot pass the grant. What the bytes do not bound (images and other
 //! non-text parts, provider-run tools billed per call) is refused on such a budget.
@@ -48,7 +49,7 @@ pub struct Plan {
 pub fn plan(state: &AppState, a: &Admitted) -> Plan {
     let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.event_provider()));
     let prompt_bytes = a.summary.input_bytes.unwrap_or(a.body.len().saturating_add(SPLICE_BYTES));
-    let bound = Bound::of(&price, prompt_bytes);
+    let bound = Bound::of(&price, prompt_bytes, usage::may_write_cache(a.route.format(), &a.body));
     let full_tokens = bound.output_tokens(&price, a.summary.max_output_tokens);
     let min_tokens = state.config.min_clamped_output_tokens;
     let floor = (a.route != Route::Embeddings && min_tokens < full_tokens).then(|| bound.cost(min_tokens));
@@ -115,7 +116,7 @@ mod tests {
     fn the_tokens_a_grant_pays_for_never_cost_more_than_it() {
         let price =
             ModelPrice { reasoning_output: Some(12_000_000), ..ModelPrice::new(1_250_000, 10_000_000) };
-        let bound = Bound::of(&price, 3_000);
+        let bound = Bound::of(&price, 3_000, false);
         for granted in [ROUNDING_SLACK + 4, 4_000, 4_001, 10_000, 77_777, 1_000_000] {
             match bound.tokens_for(granted) {
                 Some(n) => {

@@ -103,7 +103,8 @@ pub fn cost(price: &ModelPrice, usage: &Usage) -> CostBreakdown {
 /// always at least 1 so that every call reserves something.
 ///
 /// - Input tokens: one per prompt byte ([`ESTIMATE_BYTES_PER_TOKEN`]), billed at the
-///   highest price a prompt token can be charged (see [`Bound`]).
+///   highest price a prompt token of that size can be charged, a cache write included
+///   (see [`Bound`]; the proxy knows from the body whether one can happen).
 /// - Output tokens: the request's maximum (`max_output_tokens`), capped at the model's
 ///   `max_output_tokens` when the table knows it (a larger request would be refused by the
 ///   provider); without a request maximum the model's `max_output_tokens`; without either
@@ -112,14 +113,18 @@ pub fn cost(price: &ModelPrice, usage: &Usage) -> CostBreakdown {
 /// - Rounded up once, plus [`ROUNDING_SLACK`]: never below what [`cost`] can charge for
 ///   those tokens.
 pub fn estimate(price: &ModelPrice, prompt_bytes: usize, max_output_tokens: Option<u32>) -> i64 {
-    let bound = Bound::of(price, prompt_bytes);
+    let bound = Bound::of(price, prompt_bytes, true);
     bound.cost(bound.output_tokens(price, max_output_tokens)).max(1)
 }
 
 /// The safe upper bound of a call's cost before it is made: no more prompt tokens than
-/// the prompt has bytes, each at the highest price a prompt token can be charged (plain,
-/// cache write, long-context tier), and every output token at the highest output price
-/// (reasoning and long-context included). What an output bound of `n` tokens can cost
+/// the prompt has bytes, each at the highest price such a prompt can be charged, and
+/// every output token at the highest output price it can be charged (reasoning
+/// included). Only prices the call can reach count: the long-context tier when the
+/// bound's token count is above the tier's threshold (a 200-byte prompt never reaches a
+/// tier that starts at 200,000 tokens, and then neither does its output), a cache
+/// write's price only when the request can cause one. A cached read's discount is never
+/// assumed. What an output bound of `n` tokens can cost
 /// at most is [`Bound::cost`]; the largest bound a sum pays for is [`Bound::tokens_for`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bound {
@@ -130,24 +135,17 @@ pub struct Bound {
 }
 
 impl Bound {
-    pub fn of(price: &ModelPrice, prompt_bytes: usize) -> Self {
+    /// `cache_writes`: the request can cause a cache write (Anthropic's `cache_control`,
+    /// Bedrock's `cachePoint`, Gemini's `cachedContent`; see
+    /// `usage::may_write_cache`).
+    pub fn of(price: &ModelPrice, prompt_bytes: usize, cache_writes: bool) -> Self {
         let prompt_bytes = u64::try_from(prompt_bytes).unwrap_or(u64::MAX);
         let input_tokens = prompt_bytes.div_ceil(ESTIMATE_BYTES_PER_TOKEN);
-        let normal = price.rates(false);
-        let long = price.rates(price.has_long_context_tier());
-        let input_price = [
-            normal.input,
-            normal.cached,
-            normal.cache_write_5m,
-            normal.cache_write_1h,
-            long.input,
-            long.cached,
-        ]
-        .into_iter()
-        .chain([long.cache_write_5m, long.cache_write_1h])
-        .fold(0, i64::max);
-        let output_price =
-            [normal.output, normal.reasoning, long.output, long.reasoning].into_iter().fold(0, i64::max);
+        // The prompt's tokens are at most the bound's, so a tier above it is out of reach.
+        let rates = price.rates(price.is_long_context(input_tokens));
+        let writes = if cache_writes { [rates.cache_write_5m, rates.cache_write_1h] } else { [0, 0] };
+        let input_price = [rates.input].into_iter().chain(writes).fold(0, i64::max);
+        let output_price = rates.output.max(rates.reasoning);
         // u64::MAX × i64::MAX still fits in i128.
         Bound { input_exact: i128::from(input_tokens) * i128::from(input_price), output_price }
     }
@@ -394,6 +392,31 @@ mod tests {
 
     // ---- estimate ----
 
+    /// A long-context tier applies only to a prompt bound above its threshold: just
+    /// below it, the prompt and the output are priced in the normal tier; just above,
+    /// both in the long one. (Claude Sonnet 4.5: $3 / $15, above 200,000 prompt tokens
+    /// $6 / $22.50; a 1-hour cache write at 2× input.)
+    #[test]
+    fn a_bound_is_priced_at_the_tier_its_size_can_reach() {
+        let sonnet = price(&builtin(), "anthropic", "claude-sonnet-4-5");
+        let below = Bound::of(&sonnet, 200_000, false);
+        assert_eq!(below.cost(0), 600_000 + ROUNDING_SLACK, "200,000 tokens at $3");
+        assert_eq!(below.output_price, 15_000_000);
+        let above = Bound::of(&sonnet, 200_001, false);
+        assert_eq!(above.cost(0), 1_200_006 + ROUNDING_SLACK, "200,001 tokens at $6");
+        assert_eq!(above.output_price, 22_500_000);
+        // A request that can write the cache: the 1-hour write price of the tier reached.
+        assert_eq!(Bound::of(&sonnet, 200_000, true).cost(0), 1_200_000 + ROUNDING_SLACK);
+        assert_eq!(Bound::of(&sonnet, 200_001, true).cost(0), 2_400_012 + ROUNDING_SLACK);
+        // The call: a 200-byte prompt and 17 output tokens, about $0.0009, not
+        // $0.003 at the long tier's and the cache write's prices.
+        assert_eq!(Bound::of(&sonnet, 200, false).cost(17), 600 + 255 + ROUNDING_SLACK);
+        // Gemini 2.5 Pro ($1.25 / $10; $2.50 / $15 above 200,000): the same edge.
+        let gemini = price(&builtin(), "google", "gemini-2.5-pro");
+        assert_eq!(Bound::of(&gemini, 200_000, false).output_price, 10_000_000);
+        assert_eq!(Bound::of(&gemini, 200_001, false).output_price, 15_000_000);
+    }
+
     #[test]
     fn estimate_uses_a_token_per_byte_and_the_output_maximum() {
         let price = price(&builtin(), "openai", "gpt-4o"); // 2.50 / 10, max output 16,384
@@ -417,6 +440,7 @@ mod tests {
         let mut cache = ModelPrice::new(1_000_000, 0);
         cache.cache_write_1h = Some(2_000_000);
         assert_eq!(estimate(&cache, 10, Some(0)), 20 + slack);
+        assert_eq!(Bound::of(&cache, 10, false).cost(0), 10 + slack, "no cache write, no write price");
         assert_eq!(estimate(&ModelPrice::new(i64::MAX, i64::MAX), usize::MAX, Some(u32::MAX)), i64::MAX);
     }
 }

@@ -34,8 +34,8 @@ pub use bound::{set_output_bound, unbounded_part, Clamp};
 pub use gemini::{gemini_usage, GeminiStreamUsage};
 pub use openai::{is_openai_usage_only_chunk, openai_usage, OpenAiStreamUsage};
 pub use request::{
-    openai_add_include_usage, openai_stream_needs_usage, request_max_tokens, request_model, request_summary,
-    request_summary_in, RequestSummary,
+    may_write_cache, openai_add_include_usage, openai_stream_needs_usage, request_max_tokens, request_model,
+    request_summary, request_summary_in, RequestSummary,
 };
 pub use responses::{embeddings_usage, BuiltinCall, ResponsesUsage};
 pub use sse::{SseEvent, SseParser, MAX_SSE_EVENT_BYTES};

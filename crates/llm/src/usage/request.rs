@@ -349,3 +349,19 @@ pub(super) mod json_scan {
         }
     }
 }
+
+/// Whether a request can cause a cache write, which is billed above the plain input
+/// price: Anthropic's `cache_control` (Messages, and Claude on Bedrock and Vertex),
+/// Bedrock Converse's `cachePoint`, Gemini's `cachedContent`. OpenAI's formats write
+/// their cache at no extra price. Read on the raw text, so a key spelt with a `\u`
+/// escape, or a body that is not UTF-8, counts as able to: the answer errs high.
+pub fn may_write_cache(format: WireFormat, body: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(body) else { return true };
+    let markers: &[&str] = match format {
+        WireFormat::OpenAiChat | WireFormat::OpenAiResponses | WireFormat::OpenAiEmbeddings => return false,
+        WireFormat::Anthropic => &["\"cache_control\""],
+        WireFormat::Gemini => &["\"cachedContent\""],
+        WireFormat::BedrockConverse => &["\"cachePoint\"", "\"cache_control\""],
+    };
+    text.contains("\\u") || markers.iter().any(|m| text.contains(m))
+}

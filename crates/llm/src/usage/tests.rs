@@ -452,3 +452,22 @@ fn finish_reasons_of_every_format() {
     responses.on_event(br#"{"type":"response.completed","response":{"id":"resp_1","status":"completed","usage":{"input_tokens":1,"output_tokens":1}}}"#);
     assert_eq!(responses.finish_reason().as_deref(), Some("completed"));
 }
+
+#[test]
+fn a_cache_write_is_possible_only_where_the_body_asks_for_one() {
+    let plain = br#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}"#;
+    let marked =
+        br#"{"model":"m","system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}]}"#;
+    assert!(!may_write_cache(WireFormat::Anthropic, plain));
+    assert!(may_write_cache(WireFormat::Anthropic, marked));
+    assert!(!may_write_cache(WireFormat::OpenAiChat, marked), "OpenAI writes its cache at no extra price");
+    assert!(may_write_cache(WireFormat::Gemini, br#"{"cachedContent":"cachedContents/x","contents":[]}"#));
+    assert!(!may_write_cache(WireFormat::Gemini, br#"{"contents":[]}"#));
+    assert!(may_write_cache(
+        WireFormat::BedrockConverse,
+        br#"{"system":[{"cachePoint":{"type":"default"}}]}"#
+    ));
+    // What the raw text cannot settle errs high: an escaped key, a body not UTF-8.
+    assert!(may_write_cache(WireFormat::Anthropic, br#"{"system":[{"cache\u005fcontrol":{}}]}"#));
+    assert!(may_write_cache(WireFormat::Anthropic, b"\xff"));
+}
