@@ -228,6 +228,34 @@ async fn a_short_prompt_is_bounded_at_the_prices_it_can_reach() {
     assert_eq!(s.events(1).await[0]["costMicrodollars"], 20 * 3 + 17 * 15);
 }
 
+/// A refusal says what to do: the largest output bound the room pays for after the
+/// prompt, and `exactCeiling` on a strict budget without it. Sending that bound passes.
+/// (Claude Sonnet 4.5 on a 1,000 µ$ budget: a 137-byte body asking 1,000 output tokens;
+/// after its 201 prompt tokens at $3, 995 − 603 µ$ pays for 26 tokens at $15.)
+#[tokio::test]
+async fn a_refusal_names_the_output_bound_the_room_pays_for() {
+    let s = setup().await;
+    s.budget(json!({ "entityType": "api_key", "entityId": s.key_id, "maxBudgetMicrodollars": 1_000,
+        "policy": "strict_block" }))
+        .await;
+    let call = |max_tokens: u32| {
+        json!({ "model": "claude-sonnet-4-5", "max_tokens": max_tokens,
+            "messages": [{ "role": "user", "content": "Say hi" }], "mock": { "usage": { "input": 20, "output": 17 } } })
+    };
+    let r = s.send("/v1/messages", &call(1_000), &[]).await;
+    assert_eq!((r.status, r.code()), (429, "budget_exceeded"), "{r:?}");
+    let details = &r.body["error"]["details"];
+    assert_eq!(
+        details["suggestions"],
+        json!([{ "type": "max_output_tokens", "maxOutputTokens": 26 }, { "type": "exact_ceiling" }]),
+        "{r:?}"
+    );
+    let message = r.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("send max_tokens ≤ 26") && message.contains("exactCeiling"), "{message}");
+    let r = s.send("/v1/messages", &call(26), &[]).await;
+    assert_eq!(r.status, 200, "the suggested bound fits: {r:?}");
+}
+
 /// A tool call that costs nothing fits a strict budget that just refused a priced one
 /// (on PostgreSQL the budget's lease has no room left, and a free call must not ask it
 /// for any).

@@ -45,6 +45,13 @@ pub struct Plan {
     pub floor: Option<i64>,
 }
 
+impl Plan {
+    /// The call's bound: what each output bound costs at most after its prompt.
+    pub fn bound(&self) -> Bound {
+        self.bound
+    }
+}
+
 /// The call's estimate and floor.
 pub fn plan(state: &AppState, a: &Admitted) -> Plan {
     let price = a.price.unwrap_or_else(|| state.pricing.fallback_price(a.event_provider()));

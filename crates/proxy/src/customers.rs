@@ -281,7 +281,8 @@ async fn charge(ctx: &GateContext<'_>, decision_id: &str, customer: &EntityKey) 
         floor: None,
     };
     let call = call_of(ctx.key, GATE_PROVIDER, ctx.model(), now);
-    let ask = Ask { keys: &keys, reserve: &reserve, call, refused: ctx.refused(Some(ctx.defer)) };
+    let ask =
+        Ask { keys: &keys, reserve: &reserve, call, refused: ctx.refused(Some(ctx.defer)), bound: None };
     let mut reservation = match Reservation::acquire(state, ask).await {
         Ok(r) => r,
         Err(err) if err.code.status() == StatusCode::TOO_MANY_REQUESTS => {

@@ -16,6 +16,7 @@ use spendgate_engine::db::models::OutboxEvent;
 use spendgate_engine::error::{ApiError, ErrorCode};
 use spendgate_engine::state::AppState;
 use spendgate_engine::util::time;
+use spendgate_llm::pricing::Bound;
 
 pub const DENIED: HeaderName = HeaderName::from_static("x-service-denied");
 
@@ -170,6 +171,38 @@ fn recovery(snapshot: &BudgetSnapshot) -> &'static str {
     } else {
         "Send a smaller output bound (max_tokens, max_output_tokens, maxOutputTokens), turn on exactCeiling on the budget to have calls clamped to the room left, or raise or reset the budget"
     }
+}
+
+/// What a model call refused by a budget can do instead, added to the refusal's
+/// message and `details.suggestions`: the largest output bound the room left pays for
+/// after this prompt (when even one token fits), and `exactCeiling` on a strict budget
+/// that does not have it (calls are then clamped to the room left).
+pub(crate) fn with_suggestions(
+    mut err: ApiError,
+    reason: &DenialReason,
+    bound: Option<&Bound>,
+    snapshot: &BudgetSnapshot,
+) -> ApiError {
+    let (DenialReason::BudgetExceeded, Some(bound)) = (reason, bound) else { return err };
+    let room = snapshot.effective_remaining().max(0);
+    let mut said = Vec::new();
+    let mut suggestions = Vec::new();
+    if let Some(tokens) = bound.tokens_for(room).filter(|&n| n > 0) {
+        said.push(format!("send max_tokens ≤ {tokens} (what {} pays for after this prompt)", dollars(room)));
+        suggestions.push(json!({ "type": "max_output_tokens", "maxOutputTokens": tokens }));
+    }
+    if !snapshot.exact_ceiling && snapshot.policy == actors::budget::Policy::StrictBlock {
+        said.push("turn on exactCeiling on the budget to have calls clamped to the room left".to_owned());
+        suggestions.push(json!({ "type": "exact_ceiling" }));
+    }
+    if said.is_empty() {
+        return err;
+    }
+    err.message = format!("{}. To go on: {}", err.message, said.join(", or "));
+    if let Some(details) = err.details.as_mut() {
+        details["suggestions"] = json!(suggestions);
+    }
+    err
 }
 
 /// The 429 for a refused reservation, with the spec's code per entity and reason.

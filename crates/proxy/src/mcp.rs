@@ -297,7 +297,8 @@ pub async fn record_event(
         }
     });
     let mut reservation =
-        Reservation::acquire(&state, Ask { keys: &keys, reserve: &reserve, call, refused }).await?;
+        Reservation::acquire(&state, Ask { keys: &keys, reserve: &reserve, call, refused, bound: None })
+            .await?;
     let budget_status = reservation.budget_status();
     spendgate_engine::telemetry::governed::note(&req, |attrs| {
         attrs.push(opentelemetry::KeyValue::new("spendgate.budget_status", budget_status));

@@ -25,6 +25,7 @@ use spendgate_engine::error::ApiError;
 use spendgate_engine::leases::{LeaseHolds, LeaseRequest};
 use spendgate_engine::state::AppState;
 use spendgate_engine::util::time;
+use spendgate_llm::pricing::Bound;
 
 /// Database holds outlive the upstream timeout by this margin before the reaper may
 /// free them (a process that died cannot release its own).
@@ -50,6 +51,9 @@ pub struct Ask<'a> {
     pub reserve: &'a Reserve,
     pub call: Call<'a>,
     pub refused: Refused<'a>,
+    /// A model call's bound, so that a refusal can name the output bound the room
+    /// pays for; `None` for tool calls and gates.
+    pub bound: Option<Bound>,
 }
 
 impl Reservation {
@@ -67,6 +71,7 @@ impl Reservation {
                 };
                 let err =
                     denial_error(&entity, &denial.reason, &denial.snapshot, estimate, ask.refused.session);
+                let err = denial::with_suggestions(err, &denial.reason, ask.bound.as_ref(), &denial.snapshot);
                 let mut rows = events::from_ledger(&ask.call, &entity, &denial.events);
                 let announced = rows
                     .iter()

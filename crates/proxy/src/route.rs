@@ -361,8 +361,12 @@ async fn reserve(state: &AppState, a: &Admitted, plan: &clamp::Plan) -> Result<R
         }),
         now_ms: a.now,
     };
-    Reservation::acquire(state, Ask { keys: &keys, reserve: &reserve, call: a.call(), refused: a.refused() })
-        .await
+    let bound = Some(plan.bound());
+    Reservation::acquire(
+        state,
+        Ask { keys: &keys, reserve: &reserve, call: a.call(), refused: a.refused(), bound },
+    )
+    .await
 }
 
 /// The answer's status and headers: the provider's pass-through headers, the proxy's

@@ -138,7 +138,13 @@ pub async fn handle(
         event_type: "tool",
         defer: None,
     };
-    let ask = Ask { keys: &keys, reserve: &reserve, call: call_of(key, PROVIDER, &call.name, now), refused };
+    let ask = Ask {
+        keys: &keys,
+        reserve: &reserve,
+        call: call_of(key, PROVIDER, &call.name, now),
+        refused,
+        bound: None,
+    };
     let reservation = match Reservation::acquire(state, ask).await {
         Ok(reservation) => reservation,
         Err(e) if is_denial(&e) => return Ok(refusal(&call, &e)),
