@@ -26,6 +26,9 @@ export async function api(method, path, body, { signal, raw } = {}) {
   const res = await fetch(path, init);
   if (raw && res.ok) return res;
   const text = await res.text();
+  // The page that asked was left while the answer arrived: its continuation must not
+  // run (it would draw over the page now shown), as if the fetch itself was aborted.
+  signal?.throwIfAborted();
   let json = null;
   try { json = text ? JSON.parse(text) : null; } catch { json = null; }
   if (!res.ok) {
